@@ -1,0 +1,65 @@
+"""Constant-rate sender: sends at a fixed pacing rate whatever the feedback.
+
+The baseline of the simulator's own laws (a constant-rate flow below capacity sees no queue, above
+capacity it fills the buffer) and the cross traffic of several papers (e.g. Astraea's and AUTO's
+UDP-like competing flows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax.numpy as jnp
+from flax import struct
+
+from ccjax.cc.base import Decision
+from ccjax.sim.stats import MIStats
+from ccjax.units import mbps_to_bytes_per_s
+
+
+class ConstParams(struct.PyTreeNode):
+    rate: jnp.ndarray  # (F,) bytes/s
+    mi_rtts: jnp.ndarray  # MI length in smoothed RTTs
+
+
+@dataclass(frozen=True)
+class Const:
+    name: str = "const"
+
+    def default_params(self, n_flows: int, rate_mbps: float = 10.0) -> ConstParams:
+        return ConstParams(
+            rate=jnp.full(n_flows, mbps_to_bytes_per_s(rate_mbps), jnp.float32),
+            # Aurora's monitor interval: half a smoothed RTT (PCC-RL network_sim.py).
+            mi_rtts=jnp.float32(0.5),
+        )
+
+    def _decide(self, params: ConstParams, srtt: jnp.ndarray) -> Decision:
+        return Decision(rate=params.rate, cwnd=jnp.full_like(params.rate, jnp.inf),
+                        window=jnp.zeros(params.rate.shape, bool), mi_s=params.mi_rtts * srtt)
+
+    def init(self, params: ConstParams, base_rtt_s: jnp.ndarray):
+        return (), self._decide(params, base_rtt_s)
+
+    def on_interval(self, state, stats: MIStats, params: ConstParams):
+        return state, self._decide(params, stats.srtt)
+
+
+@dataclass(frozen=True)
+class FixedWindow:
+    """Window-based sender with a fixed cwnd, paced at cwnd/srtt (a testing and teaching aid)."""
+
+    name: str = "fixed-window"
+
+    def default_params(self, n_flows: int, cwnd_pkts: float = 10.0) -> ConstParams:
+        return ConstParams(rate=jnp.full(n_flows, cwnd_pkts * 1500.0, jnp.float32),
+                           mi_rtts=jnp.float32(1.0))
+
+    def _decide(self, params: ConstParams, srtt: jnp.ndarray) -> Decision:
+        return Decision(rate=jnp.zeros_like(params.rate), cwnd=params.rate,
+                        window=jnp.ones(params.rate.shape, bool), mi_s=params.mi_rtts * srtt)
+
+    def init(self, params: ConstParams, base_rtt_s: jnp.ndarray):
+        return (), self._decide(params, base_rtt_s)
+
+    def on_interval(self, state, stats: MIStats, params: ConstParams):
+        return state, self._decide(params, stats.srtt)

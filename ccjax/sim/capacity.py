@@ -1,0 +1,96 @@
+"""Bottleneck capacity as a periodic piecewise-constant schedule.
+
+Every capacity model ccjax supports -- constant, a schedule of step changes, a mahimahi trace -- is
+represented the same way, so one compiled simulator serves them all and a batch may mix them:
+
+* ``t``  (K,) segment start times in ticks, ``t[0] == 0``, non-decreasing (padding repeats ``period``);
+* ``r``  (K,) service in bytes per tick during each segment;
+* ``c``  (K,) cumulative bytes served from the period start to each segment start;
+* ``period`` (ticks) and ``period_bytes`` (bytes served per period): the schedule repeats, as a
+  mahimahi trace does. A schedule that must not repeat gets a period longer than the simulation.
+
+``cum(x)`` is the cumulative service from time 0 to ``x`` (ticks, float) and ``inv(v)`` its
+inverse: the earliest time by which ``v`` bytes have been served. A FIFO queue that holds ``Q``
+bytes at time ``x`` is empty again at ``inv(cum(x) + Q)`` whatever the capacity does meanwhile,
+because a FIFO link is busy until its backlog is gone. That is how the simulator computes each
+packet group's departure time exactly, without a per-packet loop.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+
+class Schedule(NamedTuple):
+    t: jnp.ndarray
+    r: jnp.ndarray
+    c: jnp.ndarray
+    period: jnp.ndarray
+    period_bytes: jnp.ndarray
+
+
+def build_schedule(
+    times_ticks: np.ndarray, bytes_per_tick: np.ndarray, period_ticks: float, k: int | None = None
+) -> Schedule:
+    """Build a schedule (NumPy, before tracing) from segment starts and rates, padded to ``k``.
+
+    ``times_ticks[0]`` must be 0 and the times strictly increasing and below ``period_ticks``;
+    callers validate user input before calling this.
+    """
+    t = np.asarray(times_ticks, dtype=np.float64)
+    r = np.asarray(bytes_per_tick, dtype=np.float64)
+    seg_len = np.diff(np.append(t, period_ticks))
+    c = np.concatenate([[0.0], np.cumsum(r * seg_len)[:-1]])
+    pb = float(np.sum(r * seg_len))
+    k = len(t) if k is None else k
+    if k < len(t):
+        raise ValueError(f"schedule has {len(t)} segments, more than the padded size {k}")
+    pad = k - len(t)
+    t = np.concatenate([t, np.full(pad, period_ticks)])
+    r = np.concatenate([r, np.zeros(pad)])
+    c = np.concatenate([c, np.full(pad, pb)])
+    f = np.float32
+    return Schedule(
+        t.astype(f), r.astype(f), c.astype(f), np.asarray(period_ticks, f), np.asarray(pb, f)
+    )
+
+
+def constant(bytes_per_tick: float, period_ticks: float) -> Schedule:
+    return build_schedule(np.zeros(1), np.array([bytes_per_tick]), period_ticks)
+
+
+def cum(s: Schedule, x: jnp.ndarray) -> jnp.ndarray:
+    """Bytes served in ``[0, x)`` ticks."""
+    n = jnp.floor(x / s.period)
+    y = x - n * s.period
+    i = jnp.clip(jnp.searchsorted(s.t, y, side="right") - 1, 0, s.t.shape[-1] - 1)
+    return n * s.period_bytes + s.c[i] + s.r[i] * (y - s.t[i])
+
+
+def inv(s: Schedule, v: jnp.ndarray) -> jnp.ndarray:
+    """Earliest time (ticks) by which ``v`` bytes have been served since time 0."""
+    pb = jnp.maximum(s.period_bytes, 1e-30)
+    n = jnp.floor(v / pb)
+    w = v - n * pb
+    i = jnp.clip(jnp.searchsorted(s.c, w, side="right") - 1, 0, s.c.shape[-1] - 1)
+    # A segment picked here has c[i] <= w < c[i+1], so its rate is positive unless the whole
+    # schedule is zero (rejected at validation); the max() only guards the padded tail.
+    return n * s.period + s.t[i] + (w - s.c[i]) / jnp.maximum(s.r[i], 1e-30)
+
+
+def mean_rate(s: Schedule) -> float:
+    """Long-run mean bytes per tick (NumPy)."""
+    return float(np.asarray(s.period_bytes) / np.asarray(s.period))
+
+
+def max_drain_ticks(s: Schedule, backlog_bytes: float) -> float:
+    """Upper bound (NumPy) on the ticks needed to serve ``backlog_bytes`` from any start time."""
+    r = np.asarray(s.r)[np.asarray(s.t) < float(np.asarray(s.period))]
+    if np.all(r > 0):  # never idle: the slowest segment bounds the drain time
+        return float(backlog_bytes / r.min()) + 2.0
+    per = float(np.asarray(s.period))
+    pb = float(np.asarray(s.period_bytes))
+    return per * (backlog_bytes / pb + 2.0)

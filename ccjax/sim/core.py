@@ -1,0 +1,272 @@
+"""The simulator step: one tick of one link, pure and vmappable (DESIGN, "The simulator").
+
+Per tick ``t`` of a link:
+
+1. every active sender emits what its pacing rate (rate-based) or its window and pacing at
+   cwnd/srtt (window-based) allow;
+2. random loss removes a fraction ``loss`` of it (expected value in the fluid model, a binomial
+   draw per flow in the packet model);
+3. drop-tail admission: the queue may hold ``buffer_bytes`` after this tick's service, so at most
+   ``buffer + service(t) - Q`` bytes enter; the excess is dropped, shared among flows in proportion
+   to what they offered (packet model: whole packets, remainders to random flows);
+4. FIFO departure: the admitted group's last byte leaves at ``x = inv(cum(t) + Q + admitted)``
+   (``capacity``), exact for any capacity schedule because a FIFO link stays busy until its backlog
+   is gone; its queueing delay is ``x - (t + 1)`` (arrivals are spread over the tick). The group,
+   and the loss notifications of the bytes dropped beside it, are added to the *queue delay line*
+   at tick ``ceil(x) - 1``;
+5. what leaves the queue at ``t`` enters the *ACK delay line*; the sender reads it back after its
+   base RTT, so ACK and loss feedback arrive one RTT (base + queueing at send time) after
+   sending, never earlier (DESIGN principle 4);
+6. per-flow MI statistics accumulate; a flow whose MI has ended hands its ``MIStats`` to its
+   controller, which sets the rate/window and the next MI's length.
+
+Both delay lines are ring buffers written at a common index, so the per-tick work is a few
+elementwise operations on ``(F,)`` arrays plus one scatter of ``F`` values and one gather.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from ccjax.cc.base import Controller, Decision
+from ccjax.sim import capacity
+from ccjax.sim.link import LinkParams, SimConfig
+from ccjax.sim.stats import MIAccum, MIStats, finalize, hist_bin
+from ccjax.units import PACKET_BYTES as PKT
+
+#: fields of both delay lines: admitted/delivered bytes, loss notifications, bytes x qdelay
+_NFIELD = 3
+
+
+class Totals(struct.PyTreeNode):
+    """Accumulators over a reporting interval (reset by the driver), per flow and per link."""
+
+    sent: jnp.ndarray  # (F,) bytes the sender put on the wire
+    delivered: jnp.ndarray  # (F,) bytes that left the bottleneck towards the receiver
+    acked: jnp.ndarray  # (F,) bytes whose ACK reached the sender
+    lost: jnp.ndarray  # (F,) loss notifications that reached the sender (bytes)
+    dropped: jnp.ndarray  # (F,) bytes lost at the link (random loss + drop-tail)
+    qd_sum: jnp.ndarray  # (F,) sum of delivered bytes x queueing delay (ticks)
+    rtt_sum: jnp.ndarray  # (F,) sum of acked bytes x RTT (s)
+    rtt_w: jnp.ndarray  # (F,) acked bytes with an RTT sample
+    hist: jnp.ndarray  # (F, bins) acked bytes per queueing-delay bin
+    qmax: jnp.ndarray  # (F,) largest queueing delay seen (ticks)
+    active_ticks: jnp.ndarray  # (F,) ticks the flow was allowed to send
+    cap_bytes: jnp.ndarray  # () capacity offered by the link
+    served: jnp.ndarray  # () bytes the link delivered
+    queue_int: jnp.ndarray  # () sum over ticks of queue bytes at tick end
+    arrivals: jnp.ndarray  # () bytes offered to the link
+
+    @classmethod
+    def zeros(cls, F: int, bins: int) -> Totals:
+        z = jnp.zeros(F, jnp.float32)
+        s = jnp.zeros((), jnp.float32)
+        return cls(sent=z, delivered=z, acked=z, lost=z, dropped=z, qd_sum=z, rtt_sum=z,
+                   rtt_w=z, hist=jnp.zeros((F, bins), jnp.float32), qmax=z, active_ticks=z,
+                   cap_bytes=s, served=s, queue_int=s, arrivals=s)
+
+
+class SimState(struct.PyTreeNode):
+    t: jnp.ndarray  # () int32 tick
+    key: jnp.ndarray
+    queue: jnp.ndarray  # (F,) bytes in the bottleneck queue, per flow
+    qline: jnp.ndarray  # (H_q, F, 3) queue delay line, indexed by departure tick
+    aline: jnp.ndarray  # (H_a, F, 3) ACK delay line, indexed by departure tick
+    stuck: jnp.ndarray  # (F, 2) admitted / dropped bytes whose departure lies past the horizon
+    credit: jnp.ndarray  # (F,) pacing credit in bytes (packet model)
+    srtt: jnp.ndarray  # (F,) s
+    min_rtt: jnp.ndarray  # (F,) s
+    sent: jnp.ndarray  # (F,) cumulative bytes sent
+    acked: jnp.ndarray  # (F,) cumulative bytes acked (known to the sender)
+    lost: jnp.ndarray  # (F,) cumulative bytes known lost by the sender
+    decision: Decision
+    cc: Any
+    mi: MIAccum
+    mi_len: jnp.ndarray  # (F,) int32 ticks of the current MI
+    mi_count: jnp.ndarray  # (F,) int32 completed MIs
+    mi_done: jnp.ndarray  # (F,) bool: an MI ended at the last tick
+    last: MIStats
+    tot: Totals
+
+
+def base_rtt_s(link: LinkParams, cfg: SimConfig) -> jnp.ndarray:
+    return link.rtt_ticks.astype(jnp.float32) * cfg.tick_s
+
+
+def _mi_ticks(mi_s: jnp.ndarray, cfg: SimConfig) -> jnp.ndarray:
+    mi = jnp.nan_to_num(mi_s / cfg.tick_s, nan=1.0, posinf=1e9)
+    return jnp.clip(jnp.round(mi), 1, 1e9).astype(jnp.int32)
+
+
+def init_state(
+    cfg: SimConfig, link: LinkParams, controller: Controller, cc_params: Any, key: jnp.ndarray
+) -> SimState:
+    F = cfg.n_flows
+    rtt = base_rtt_s(link, cfg)
+    cc_state, dec = controller.init(cc_params, rtt)
+    z = jnp.zeros(F, jnp.float32)
+    return SimState(
+        t=jnp.zeros((), jnp.int32), key=key, queue=z,
+        qline=jnp.zeros((cfg.queue_horizon, F, _NFIELD), jnp.float32),
+        aline=jnp.zeros((cfg.ack_horizon, F, _NFIELD), jnp.float32),
+        stuck=jnp.zeros((F, 2), jnp.float32), credit=z,
+        # The handshake gives the first RTT sample before data flows (RFC 6298 §2).
+        srtt=rtt, min_rtt=rtt, sent=z, acked=z, lost=z, decision=dec, cc=cc_state,
+        mi=MIAccum.zeros(F, cfg.rtt_bins), mi_len=_mi_ticks(dec.mi_s, cfg),
+        mi_count=jnp.zeros(F, jnp.int32), mi_done=jnp.zeros(F, bool),
+        last=MIStats.initial(F, rtt), tot=Totals.zeros(F, cfg.rtt_bins),
+    )
+
+
+def _allocate_packets(offered: jnp.ndarray, space: jnp.ndarray, key: jnp.ndarray) -> jnp.ndarray:
+    """Admit at most ``space`` whole packets of ``offered`` (F,), proportionally, remainders to
+    random flows with the largest fractional shares (drop-tail sees packets in random order)."""
+    total = offered.sum()
+    exact = offered * jnp.minimum(space / jnp.maximum(total, 1.0), 1.0)
+    base = jnp.floor(exact)
+    rem = jnp.maximum(jnp.minimum(space, total) - base.sum(), 0.0)
+    frac = exact - base
+    score = jnp.where(base < offered, frac + 1e-3 * jax.random.uniform(key, offered.shape), -1.0)
+    rank = jnp.argsort(jnp.argsort(-score))
+    extra = (rank < rem) & (base < offered)
+    return base + extra.astype(offered.dtype)
+
+
+def tick(
+    cfg: SimConfig, controller: Controller, link: LinkParams, cc_params: Any, s: SimState
+) -> SimState:
+    dt = cfg.tick_s
+    t = s.t
+    tf = t.astype(jnp.float32)
+    key, k_loss, k_drop = jax.random.split(s.key, 3)
+    active = link.present & (t >= link.start_tick) & (t < link.stop_tick)
+    dec = s.decision
+
+    # 1. Sender output. Window-based senders pace at cwnd/srtt and never exceed the window.
+    cwnd = jnp.maximum(dec.cwnd, cfg.min_cwnd)
+    pace = jnp.where(dec.window, cwnd / s.srtt, dec.rate)
+    pace = jnp.maximum(pace, cfg.min_rate)
+    inflight = s.sent - s.acked - s.lost
+    room = jnp.where(dec.window, jnp.maximum(cwnd - inflight, 0.0), jnp.inf)
+    if cfg.model == "fluid":
+        send = jnp.where(active, jnp.minimum(pace * dt, room), 0.0)
+        credit = s.credit
+    else:
+        # Whole packets; pacing credit may carry one packet beyond this tick's budget.
+        credit = jnp.minimum(s.credit + pace * dt, pace * dt + PKT)
+        n = jnp.floor(jnp.minimum(credit, room) / PKT)
+        send = jnp.where(active, n * PKT, 0.0)
+        credit = jnp.where(active, credit - send, 0.0)
+
+    # 2. Random loss on the link (before the queue, so lost packets take no buffer).
+    if cfg.model == "fluid":
+        rloss = send * link.loss
+    else:
+        rloss = PKT * jax.random.binomial(k_loss, send / PKT, link.loss).astype(jnp.float32)
+        rloss = jnp.where(link.loss > 0, rloss, 0.0)
+    offered = send - rloss
+
+    # 3. Drop-tail admission: the queue holds at most buffer_bytes after this tick's service.
+    c0 = capacity.cum(link.sched, tf)
+    service = capacity.cum(link.sched, tf + 1.0) - c0
+    qtot = s.queue.sum()
+    space = jnp.maximum(link.buffer_bytes + service - qtot, 0.0)
+    if cfg.model == "fluid":
+        admit = offered * jnp.minimum(space / jnp.maximum(offered.sum(), 1e-30), 1.0)
+    else:
+        admit = PKT * _allocate_packets(offered / PKT, jnp.floor(space / PKT + 1e-6), k_drop)
+    dropped = send - admit  # random loss + drop-tail, what the sender will learn as lost
+
+    # 4. FIFO departure of this tick's group (and the moment its drops become known).
+    backlog = qtot + admit.sum()
+    x = capacity.inv(link.sched, c0 + backlog)
+    qdelay = jnp.maximum(x - (tf + 1.0), 0.0)
+    dep = jnp.maximum(jnp.ceil(x).astype(jnp.int32) - 1, t)
+    fits = (dep - t) < cfg.queue_horizon
+    group = jnp.stack([admit, dropped, admit * qdelay], -1)
+    qline = s.qline.at[dep % cfg.queue_horizon].add(jnp.where(fits, group, 0.0))
+    stuck = s.stuck + jnp.where(fits, 0.0, jnp.stack([admit, dropped], -1))
+
+    # 5. Departures of tick t, then into the ACK line; feedback returns after the base RTT.
+    slot = t % cfg.queue_horizon
+    out = qline[slot]
+    qline = qline.at[slot].set(0.0)
+    queue = jnp.maximum(s.queue + admit - out[:, 0], 0.0)
+    aline = s.aline.at[t % cfg.ack_horizon].set(out)
+    fb = jnp.take_along_axis(
+        aline, ((t - link.rtt_ticks) % cfg.ack_horizon)[None, :, None], axis=0)[0]
+    # Slots older than the flow's RTT were zero at start, so early reads return no feedback.
+    ack_b, lost_b, qd_b = fb[:, 0], fb[:, 1], fb[:, 2]
+    has = ack_b > 0
+    qd = qd_b / jnp.maximum(ack_b, 1e-30)  # ticks, byte-weighted over this tick's ACKs
+    base = base_rtt_s(link, cfg)
+    rtt = base + qd * dt
+    srtt = jnp.where(has, 0.875 * s.srtt + 0.125 * rtt, s.srtt)  # RFC 6298 alpha = 1/8
+    min_rtt = jnp.where(has, jnp.minimum(s.min_rtt, rtt), s.min_rtt)
+    sent = s.sent + send
+    acked = s.acked + ack_b
+    lost = s.lost + lost_b
+
+    # 6. MI accumulation (first/second half split for Aurora's latency gradient).
+    b = hist_bin(qd, cfg.rtt_bins)
+    onehot = (jnp.arange(cfg.rtt_bins)[None, :] == b[:, None]) * ack_b[:, None]
+    w = jnp.where(has, ack_b, 0.0)
+    first = s.mi.ticks < 0.5 * s.mi_len.astype(jnp.float32)
+    m = s.mi
+    mi = MIAccum(
+        ticks=m.ticks + 1.0, sent=m.sent + send, acked=m.acked + ack_b, lost=m.lost + lost_b,
+        rtt_w=m.rtt_w + w, rtt_sum=m.rtt_sum + w * rtt,
+        rtt_min=jnp.where(has, jnp.minimum(m.rtt_min, rtt), m.rtt_min),
+        rtt_max=jnp.where(has, jnp.maximum(m.rtt_max, rtt), m.rtt_max),
+        h1_w=m.h1_w + jnp.where(first, w, 0.0), h1_sum=m.h1_sum + jnp.where(first, w * rtt, 0.0),
+        h2_w=m.h2_w + jnp.where(first, 0.0, w), h2_sum=m.h2_sum + jnp.where(first, 0.0, w * rtt),
+        hist=m.hist + onehot, qmax=jnp.where(has, jnp.maximum(m.qmax, qd), m.qmax),
+    )
+    T = s.tot
+    tot = Totals(
+        sent=T.sent + send, delivered=T.delivered + out[:, 0], acked=T.acked + ack_b,
+        lost=T.lost + lost_b, dropped=T.dropped + dropped, qd_sum=T.qd_sum + out[:, 2],
+        rtt_sum=T.rtt_sum + w * rtt, rtt_w=T.rtt_w + w, hist=T.hist + onehot,
+        qmax=jnp.where(has, jnp.maximum(T.qmax, qd), T.qmax),
+        active_ticks=T.active_ticks + active.astype(jnp.float32),
+        cap_bytes=T.cap_bytes + service, served=T.served + out[:, 0].sum(),
+        queue_int=T.queue_int + queue.sum(), arrivals=T.arrivals + send.sum(),
+    )
+
+    # 7. MI boundary: latch stats, ask the controller, reset the accumulators.
+    done = mi.ticks >= s.mi_len.astype(jnp.float32)
+    stats = finalize(mi, dt, base, srtt, min_rtt, cwnd, sent - acked - lost)
+    new_cc, new_dec = controller.on_interval(s.cc, stats, cc_params)
+    pick = lambda new, old: jnp.where(  # noqa: E731
+        done.reshape(done.shape + (1,) * (new.ndim - 1)), new, old)
+    cc_state = jax.tree.map(pick, new_cc, s.cc)
+    decision = jax.tree.map(pick, new_dec, dec)
+    last = jax.tree.map(pick, stats, s.last)
+    mi = jax.tree.map(pick, MIAccum.zeros(cfg.n_flows, cfg.rtt_bins), mi)
+    mi_len = jnp.where(done, _mi_ticks(new_dec.mi_s, cfg), s.mi_len)
+
+    return SimState(
+        t=t + 1, key=key, queue=queue, qline=qline, aline=aline, stuck=stuck, credit=credit,
+        srtt=srtt, min_rtt=min_rtt, sent=sent, acked=acked, lost=lost, decision=decision,
+        cc=cc_state, mi=mi, mi_len=mi_len, mi_count=s.mi_count + done.astype(jnp.int32),
+        mi_done=done, last=last, tot=tot,
+    )
+
+
+def in_flight(s: SimState, link: LinkParams, cfg: SimConfig) -> jnp.ndarray:
+    """(F,) bytes sent but neither acked, known lost nor queued, computed from the delay lines.
+
+    That is what left the queue and whose ACK has not reached the sender yet (ACK-line slots
+    younger than the flow's RTT), plus loss notifications still travelling (in either line).
+    Conservation ``sent == acked + lost + queue + in_flight`` is a law the tests check.
+    """
+    H = cfg.ack_horizon
+    age = (s.t - 1 - jnp.arange(H)) % H  # ticks since each ACK-line slot was written
+    written = age <= s.t - 1
+    pending = (age[:, None] < link.rtt_ticks[None, :]) & written[:, None]
+    a = jnp.where(pending[..., None], s.aline[..., :2], 0.0).sum((0, 2))
+    return a + s.qline[:, :, 1].sum(0) + s.stuck[:, 1]

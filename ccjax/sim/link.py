@@ -1,0 +1,219 @@
+"""Static simulator configuration and the dynamic per-link parameter pytree.
+
+Static (changes shapes or code paths, so a new value means a new compile): ``SimConfig``.
+Dynamic (a batch of links is a ``vmap`` over it): ``LinkParams``. See DESIGN principle 2.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import struct
+
+from ccjax.errors import ConfigError, require
+from ccjax.sim import capacity
+from ccjax.sim.capacity import Schedule
+from ccjax.sim.trace import trace_segments, validate_stamps
+from ccjax.units import PACKET_BYTES, mbps_to_bytes_per_s
+
+MODELS = ("fluid", "packet")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Static configuration of one compiled simulator.
+
+    ``queue_horizon`` and ``ack_horizon`` are the lengths (ticks) of the two delay lines: the
+    first must exceed the longest queueing delay a packet can see, the second the longest base
+    RTT. ``plan()`` derives them from concrete links so users rarely set them by hand.
+    """
+
+    n_flows: int = 1
+    tick_s: float = 1e-3
+    model: str = "fluid"
+    queue_horizon: int = 1024
+    ack_horizon: int = 512
+    schedule_len: int = 1
+    rtt_bins: int = 64
+    #: rate floor of every sender (bytes/s): nothing divides by zero, no sender stalls forever.
+    min_rate: float = PACKET_BYTES / 1.0
+    #: window floor (bytes): one packet, as a TCP sender after a timeout (RFC 5681 LW = 1 MSS).
+    min_cwnd: float = float(PACKET_BYTES)
+
+    def __post_init__(self) -> None:
+        require(self.model in MODELS, "model", self.model, f"one of {', '.join(MODELS)}")
+        require(isinstance(self.n_flows, int) and 1 <= self.n_flows <= 4096, "max_flows",
+                self.n_flows, "an integer from 1 to 4096")
+        require(1e-6 <= self.tick_s <= 1.0, "tick_s", self.tick_s, "from 1e-6 to 1 s")
+        for name in ("queue_horizon", "ack_horizon", "schedule_len", "rtt_bins"):
+            v = getattr(self, name)
+            require(isinstance(v, int) and v >= 1, name, v, "a positive integer")
+        require(self.rtt_bins >= 4, "rtt_bins", self.rtt_bins, "at least 4")
+        require(self.min_rate > 0, "min_rate", self.min_rate, "> 0 bytes/s")
+        require(self.min_cwnd > 0, "min_cwnd", self.min_cwnd, "> 0 bytes")
+
+
+class LinkParams(struct.PyTreeNode):
+    """One bottleneck link and the flows that cross it (leading flow axis of size ``n_flows``)."""
+
+    sched: Schedule  # capacity, bytes per tick
+    buffer_bytes: jnp.ndarray  # drop-tail buffer
+    loss: jnp.ndarray  # random loss probability per packet
+    rtt_ticks: jnp.ndarray  # (F,) int32 base RTT (propagation, both ways)
+    start_tick: jnp.ndarray  # (F,) int32 first tick the flow sends
+    stop_tick: jnp.ndarray  # (F,) int32 first tick the flow no longer sends
+    present: jnp.ndarray  # (F,) bool: flow slot used at all
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A link described in edge units (what the CLI and presets give), validated on creation.
+
+    ``bandwidth_mbps`` is a single value (constant capacity) or, with ``steps_s``, the values of a
+    piecewise-constant schedule whose i-th value starts at ``steps_s[i]`` (``steps_s[0] == 0``).
+    ``trace`` (mahimahi timestamps in ms) replaces the bandwidth entirely.
+    """
+
+    bandwidth_mbps: Sequence[float] = (12.0,)
+    steps_s: Sequence[float] = (0.0,)
+    period_s: float | None = None
+    trace: np.ndarray | None = None
+    trace_name: str = "trace"
+    buffer_pkts: float = 100.0
+    loss: float = 0.0
+    rtt_ms: Sequence[float] = (40.0,)
+    start_s: Sequence[float] = (0.0,)
+    stop_s: Sequence[float] | None = None
+
+    def __post_init__(self) -> None:
+        n = len(self.rtt_ms)
+        require(n >= 1, "rtt_ms", list(self.rtt_ms), "at least one flow")
+        if self.trace is None:
+            bw = list(self.bandwidth_mbps)
+            require(len(bw) >= 1, "bandwidth_mbps", bw, "at least one value")
+            for b in bw:
+                require(math.isfinite(b) and b > 0, "bandwidth_mbps", b, "a number > 0 Mbps")
+            st = list(self.steps_s)
+            require(len(st) == len(bw), "steps_s", st, f"one start time per bandwidth value ({len(bw)})")
+            require(st[0] == 0.0, "steps_s", st, "must start at 0")
+            require(all(b > a for a, b in zip(st, st[1:], strict=False)), "steps_s", st,
+                    "strictly increasing times")
+            if self.period_s is not None:
+                require(self.period_s > st[-1], "period_s", self.period_s,
+                        f"> the last step time {st[-1]} s")
+        else:
+            validate_stamps(np.asarray(self.trace), self.trace_name)
+            require(np.asarray(self.trace).max() > 0 or len(self.trace) > 0, "trace",
+                    self.trace_name, "at least one delivery opportunity")
+        require(math.isfinite(self.buffer_pkts) and self.buffer_pkts >= 1, "buffer_pkts",
+                self.buffer_pkts, "a number >= 1 packet")
+        require(0.0 <= self.loss < 1.0, "loss", self.loss, "a probability in [0, 1)")
+        for r in self.rtt_ms:
+            require(math.isfinite(r) and r > 0, "rtt_ms", r, "a number > 0 ms")
+        require(len(self.start_s) == n, "start_s", list(self.start_s),
+                f"one start time per flow ({n} flows)")
+        for s in self.start_s:
+            require(math.isfinite(s) and s >= 0, "start_s", s, "a time >= 0 s")
+        if self.stop_s is not None:
+            require(len(self.stop_s) == n, "stop_s", list(self.stop_s),
+                    f"one stop time per flow ({n} flows)")
+            for a, b in zip(self.start_s, self.stop_s, strict=True):
+                require(b > a, "stop_s", b, f"after the flow's start time {a} s")
+
+    @property
+    def n_flows(self) -> int:
+        return len(self.rtt_ms)
+
+    def segments(self, tick_s: float, horizon_ticks: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """(segment starts in ticks, bytes per tick, period in ticks)."""
+        if self.trace is not None:
+            return trace_segments(np.asarray(self.trace), tick_s)
+        times = np.asarray(self.steps_s, dtype=np.float64) / tick_s
+        rates = np.asarray([mbps_to_bytes_per_s(b) * tick_s for b in self.bandwidth_mbps])
+        # A schedule without a period must not repeat within the run: give it a period past the
+        # horizon, so the last value holds to the end.
+        period = self.period_s / tick_s if self.period_s else max(horizon_ticks, times[-1]) + 2.0
+        return times, rates, float(period)
+
+
+def build_links(
+    specs: Sequence[LinkSpec], config: SimConfig, horizon_ticks: int
+) -> LinkParams:
+    """Stack validated link specs into one batched ``LinkParams`` (leading axis = links)."""
+    if not specs:
+        raise ConfigError("links=[] is invalid: at least one link is needed")
+    F = config.n_flows
+    out = []
+    for i, spec in enumerate(specs):
+        if spec.n_flows > F:
+            raise ConfigError(
+                f"flows={spec.n_flows} is invalid (link {i}): more than max_flows={F}"
+            )
+        t, r, per = spec.segments(config.tick_s, horizon_ticks)
+        if len(t) > config.schedule_len:
+            raise ConfigError(
+                f"schedule_len={config.schedule_len} is invalid: link {i} needs {len(t)} segments"
+            )
+        sched = capacity.build_schedule(t, r, per, config.schedule_len)
+        if float(sched.period_bytes) <= 0:
+            raise ConfigError(f"bandwidth (link {i}) is invalid: the link never delivers a packet")
+        rtt_ticks = [int(round(x * 1e-3 / config.tick_s)) for x in spec.rtt_ms]
+        for x, rt in zip(spec.rtt_ms, rtt_ticks, strict=True):
+            require(rt >= 1, "rtt_ms", x, f">= one tick ({config.tick_s * 1e3:g} ms); "
+                    "use a smaller tick_s")
+            require(rt < config.ack_horizon, "rtt_ms", x,
+                    f"< ack_horizon x tick ({config.ack_horizon * config.tick_s * 1e3:g} ms)")
+        pad = F - spec.n_flows
+        start = [int(round(s / config.tick_s)) for s in spec.start_s] + [0] * pad
+        big = np.iinfo(np.int32).max
+        stop = ([big] * spec.n_flows if spec.stop_s is None
+                else [int(round(s / config.tick_s)) for s in spec.stop_s]) + [0] * pad
+        out.append(LinkParams(
+            sched=sched,
+            buffer_bytes=np.float32(spec.buffer_pkts * PACKET_BYTES),
+            loss=np.float32(spec.loss),
+            rtt_ticks=np.asarray(rtt_ticks + [1] * pad, np.int32),
+            start_tick=np.asarray(start, np.int32),
+            stop_tick=np.asarray(stop, np.int32),
+            present=np.asarray([True] * spec.n_flows + [False] * pad),
+        ))
+    return jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *out)
+
+
+def plan(
+    specs: Sequence[LinkSpec], duration_s: float, n_flows: int | None = None, **overrides
+) -> tuple[SimConfig, int]:
+    """Choose a ``SimConfig`` that fits these links for a run of ``duration_s``.
+
+    Returns ``(config, horizon_ticks)``. The delay lines are sized from the links: the queue line
+    covers the longest drain time of a full buffer (or the whole run, whichever is shorter), the
+    ACK line the longest base RTT.
+    """
+    require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s, "> 0 s")
+    base = SimConfig(n_flows=n_flows or max(s.n_flows for s in specs), **{
+        k: v for k, v in overrides.items() if k in ("tick_s", "model", "rtt_bins")})
+    tick = base.tick_s
+    horizon = int(math.ceil(duration_s / tick))
+    k = 1
+    qh = 1
+    ah = 2
+    for s in specs:
+        t, r, per = s.segments(tick, horizon)
+        k = max(k, len(t))
+        sched = capacity.build_schedule(t, r, per)
+        if float(sched.period_bytes) <= 0:
+            raise ConfigError("bandwidth is invalid: the link never delivers a packet")
+        drain = capacity.max_drain_ticks(sched, (s.buffer_pkts + 1) * PACKET_BYTES + float(r.max()))
+        qh = max(qh, min(horizon + 2, int(math.ceil(drain)) + 2))
+        ah = max(ah, max(int(round(x * 1e-3 / tick)) for x in s.rtt_ms) + 2)
+    cfg = SimConfig(
+        n_flows=base.n_flows, tick_s=tick, model=base.model, rtt_bins=base.rtt_bins,
+        queue_horizon=overrides.get("queue_horizon", qh),
+        ack_horizon=overrides.get("ack_horizon", ah), schedule_len=k,
+    )
+    return cfg, horizon

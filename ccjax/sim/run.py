@@ -1,0 +1,185 @@
+"""Drivers that run the simulator over time and links, and the summary of a run.
+
+``make_runner`` builds one jitted function ``run(links, cc_params, keys)`` that simulates a
+batch of links (``vmap``) for a fixed number of ticks (``lax.scan`` over reporting intervals, each
+a scan over ticks), returning the final state and per-interval ``Totals`` series. Everything a
+summary needs comes from those series, computed in one place (``summarize``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ccjax.cc.base import Controller
+from ccjax.sim.core import SimState, Totals, init_state, tick
+from ccjax.sim.link import LinkParams, SimConfig
+from ccjax.sim.stats import hist_quantile
+from ccjax.units import PACKET_BYTES, PAYLOAD_BYTES
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """How a run of ``total_ticks`` splits into reporting intervals of ``interval_ticks``; a final
+    shorter interval holds the remainder, so the run covers exactly the requested duration."""
+
+    total_ticks: int
+    interval_ticks: int
+
+    @property
+    def n_full(self) -> int:
+        return self.total_ticks // self.interval_ticks
+
+    @property
+    def remainder(self) -> int:
+        return self.total_ticks - self.n_full * self.interval_ticks
+
+    def lengths(self) -> np.ndarray:
+        tail = [self.remainder] if self.remainder else []
+        return np.array([self.interval_ticks] * self.n_full + tail, dtype=np.int64)
+
+
+def make_timeline(duration_s: float, interval_s: float, tick_s: float) -> Timeline:
+    total = int(math.ceil(duration_s / tick_s - 1e-9))
+    interval = max(1, int(round(interval_s / tick_s)))
+    return Timeline(total_ticks=total, interval_ticks=min(interval, total))
+
+
+def _scan_ticks(cfg: SimConfig, controller: Controller, link: LinkParams, cc_params: Any,
+                s: SimState, n: int) -> SimState:
+    def body(st, _):
+        return tick(cfg, controller, link, cc_params, st), None
+
+    s, _ = jax.lax.scan(body, s, None, length=n)
+    return s
+
+
+def make_runner(cfg: SimConfig, controller: Controller, timeline: Timeline):
+    """A jitted ``run(links, cc_params, keys) -> (final_state, series)`` over a batch of links.
+
+    ``series`` is a ``Totals`` with a leading (links, intervals) shape plus the queue at each
+    interval's end (``queue_end``).
+    """
+    zeros = Totals.zeros(cfg.n_flows, cfg.rtt_bins)
+
+    def interval(link, cc_params, s, n):
+        s = _scan_ticks(cfg, controller, link, cc_params, s.replace(tot=zeros), n)
+        return s, (s.tot, s.queue.sum())
+
+    def run_one(link: LinkParams, cc_params: Any, key: jnp.ndarray):
+        s = init_state(cfg, link, controller, cc_params, key)
+        outs = []
+        if timeline.n_full:
+            s, o = jax.lax.scan(lambda st, _: interval(link, cc_params, st, timeline.interval_ticks),
+                                s, None, length=timeline.n_full)
+            outs.append(o)
+        if timeline.remainder:
+            s, o = interval(link, cc_params, s, timeline.remainder)
+            outs.append(jax.tree.map(lambda x: x[None], o))
+        tot, qend = jax.tree.map(lambda *xs: jnp.concatenate(xs, 0), *outs)
+        return s, tot, qend
+
+    return jax.jit(jax.vmap(run_one))
+
+
+@dataclass
+class RunResult:
+    """One batch run: inputs, the final state, per-interval series and timings."""
+
+    cfg: SimConfig
+    timeline: Timeline
+    links: LinkParams
+    state: SimState
+    series: Totals
+    queue_end: np.ndarray
+    wall_s: float
+    compile_s: float
+
+    def summary(self, i: int = 0) -> dict:
+        return summarize(self, i)
+
+
+def run(cfg: SimConfig, controller: Controller, links: LinkParams, cc_params: Any,
+        keys: jnp.ndarray, timeline: Timeline) -> RunResult:
+    """Compile (timed separately) and run a batch of links; block until done."""
+    fn = make_runner(cfg, controller, timeline)
+    t0 = time.perf_counter()
+    compiled = fn.lower(links, cc_params, keys).compile()
+    t1 = time.perf_counter()
+    state, series, qend = compiled(links, cc_params, keys)
+    jax.block_until_ready(series)
+    t2 = time.perf_counter()
+    return RunResult(cfg=cfg, timeline=timeline, links=links, state=state, series=series,
+                     queue_end=np.asarray(qend), wall_s=t2 - t1, compile_s=t1 - t0)
+
+
+def _f(x) -> float:
+    return float(np.asarray(x))
+
+
+def summarize(res: RunResult, i: int = 0) -> dict:
+    """The summary of link ``i``: the JSON shape of ``ccjax simulate --json``.
+
+    * throughput: wire bytes that crossed the bottleneck, per second the flow was active;
+    * goodput: the same in TCP payload bytes (1448 per 1500-byte packet, as ns-3 and iperf count);
+    * mean RTT and mean queueing delay: averages over delivered bytes (packet-weighted, as a
+      receiver measures them); p95 RTT: from the histogram of RTT samples returned to the sender;
+    * loss rate: bytes lost at the link (random + drop-tail) over bytes sent.
+    """
+    cfg, dt = res.cfg, res.cfg.tick_s
+    tot = jax.tree.map(lambda x: np.asarray(x[i]), res.series)
+    lengths = res.timeline.lengths()
+    interval_s = lengths * dt
+    link = jax.tree.map(lambda x: np.asarray(x[i]), res.links)
+    base = link.rtt_ticks * dt
+    flows = []
+    hist = tot.hist.sum(0)
+    qmax = tot.qmax.max(0)
+    p95q = np.asarray(hist_quantile(jnp.asarray(hist), 0.95, jnp.asarray(qmax)))
+    for f in range(cfg.n_flows):
+        if not link.present[f]:
+            continue
+        deliv = tot.delivered[:, f].sum()
+        act_s = max(tot.active_ticks[:, f].sum() * dt, dt)
+        sent = tot.sent[:, f].sum()
+        thr = deliv / act_s
+        mean_q = tot.qd_sum[:, f].sum() / deliv if deliv > 0 else 0.0
+        flows.append({
+            "goodput_mbps": thr * PAYLOAD_BYTES / PACKET_BYTES * 8e-6,
+            "throughput_mbps": thr * 8e-6,
+            "send_rate_mbps": sent / act_s * 8e-6,
+            "mean_rtt_ms": (base[f] + mean_q * dt) * 1e3,
+            "p95_rtt_ms": (base[f] + p95q[f] * dt) * 1e3,
+            "loss_rate": float(tot.dropped[:, f].sum() / sent) if sent > 0 else 0.0,
+            "sent_bytes": float(sent), "delivered_bytes": float(deliv),
+            "base_rtt_ms": float(base[f] * 1e3),
+            "start_s": float(link.start_tick[f] * dt),
+            "throughput_series_mbps": (tot.delivered[:, f] / interval_s * 8e-6).tolist(),
+        })
+    served = tot.served.sum()
+    arrivals = tot.arrivals.sum()
+    linkd = {
+        "utilization": float(served / max(tot.cap_bytes.sum(), 1e-30)),
+        "mean_queue_delay_ms": float(tot.qd_sum.sum() / served * dt * 1e3) if served > 0 else 0.0,
+        "drop_rate": float(tot.dropped.sum() / arrivals) if arrivals > 0 else 0.0,
+        "capacity_mbps": float(tot.cap_bytes.sum() / (lengths.sum() * dt) * 8e-6),
+        "queue_series_pkts": (res.queue_end[i] / PACKET_BYTES).tolist(),
+        "utilization_series": (tot.served / np.maximum(tot.cap_bytes, 1e-30)).tolist(),
+    }
+    for fl in flows:
+        for k, v in list(fl.items()):
+            if isinstance(v, np.floating | np.integer):
+                fl[k] = float(v)
+    return {
+        "flows": flows,
+        "link": linkd,
+        "sim": {"model": cfg.model, "ticks": res.timeline.total_ticks, "tick_s": dt,
+                "series_interval_s": res.timeline.interval_ticks * dt,
+                "wall_s": res.wall_s, "compile_s": res.compile_s},
+    }

@@ -1,0 +1,131 @@
+"""Per-flow statistics of a monitor interval (MI), and the RTT histogram behind percentiles.
+
+Percentiles come from a per-flow histogram of queueing delay (RTT minus the flow's base RTT):
+bin 0 holds samples with no queueing, the other bins are geometric from a quarter tick up, the
+last one open-ended with the observed maximum as its upper edge. Within a bin the quantile is
+interpolated linearly. With the default 64 bins adjacent edges differ by about 23%, so a p95 is
+exact when no queueing occurred and otherwise within one bin's width of the true value.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from flax import struct
+
+_Q0 = 0.25  # lower edge of bin 2, in ticks
+_QMAX = 1e5  # ticks at which the last (open) bin starts
+
+
+def hist_growth(n_bins: int) -> float:
+    return (_QMAX / _Q0) ** (1.0 / (n_bins - 2))
+
+
+def hist_bin(qdelay_ticks: jnp.ndarray, n_bins: int) -> jnp.ndarray:
+    g = hist_growth(n_bins)
+    b = 1 + jnp.floor(jnp.log(jnp.maximum(qdelay_ticks, 1e-12) / _Q0) / jnp.log(g)).astype(jnp.int32)
+    b = jnp.clip(b, 1, n_bins - 1)
+    return jnp.where(qdelay_ticks <= 1e-6, 0, b)
+
+
+def hist_quantile(hist: jnp.ndarray, q: float, max_val: jnp.ndarray) -> jnp.ndarray:
+    """Quantile ``q`` of the histogram(s) ``hist[..., n_bins]`` in ticks; 0 for an empty one."""
+    n = hist.shape[-1]
+    g = hist_growth(n)
+    j = jnp.arange(n, dtype=jnp.float32)
+    lo = jnp.where(j <= 1, 0.0, _Q0 * g ** (j - 1))
+    hi = jnp.where(j == 0, 0.0, _Q0 * g**j)
+    hi = jnp.where(j == n - 1, jnp.maximum(max_val[..., None], lo), hi)
+    hi = jnp.minimum(hi, jnp.maximum(max_val[..., None], 0.0))
+    lo = jnp.minimum(lo, hi)
+    tot = hist.sum(-1, keepdims=True)
+    cdf = jnp.cumsum(hist, -1)
+    target = q * tot
+    idx = jnp.sum(cdf < target, axis=-1, keepdims=True)
+    idx = jnp.minimum(idx, n - 1)
+    c_hi = jnp.take_along_axis(cdf, idx, -1)
+    w = jnp.take_along_axis(hist, idx, -1)
+    frac = jnp.where(w > 0, (target - (c_hi - w)) / jnp.maximum(w, 1e-30), 1.0)
+    val = jnp.take_along_axis(lo, idx, -1) + jnp.clip(frac, 0, 1) * (
+        jnp.take_along_axis(hi, idx, -1) - jnp.take_along_axis(lo, idx, -1))
+    return jnp.where(tot[..., 0] > 0, val[..., 0], 0.0)
+
+
+class MIAccum(struct.PyTreeNode):
+    """Running sums over the current MI, per flow."""
+
+    ticks: jnp.ndarray
+    sent: jnp.ndarray
+    acked: jnp.ndarray
+    lost: jnp.ndarray
+    rtt_w: jnp.ndarray  # acked bytes with an RTT sample
+    rtt_sum: jnp.ndarray  # sum of bytes * RTT (s)
+    rtt_min: jnp.ndarray
+    rtt_max: jnp.ndarray
+    h1_w: jnp.ndarray  # first half of the MI (Aurora's latency gradient)
+    h1_sum: jnp.ndarray
+    h2_w: jnp.ndarray
+    h2_sum: jnp.ndarray
+    hist: jnp.ndarray  # (F, bins) bytes per queueing-delay bin
+    qmax: jnp.ndarray  # max queueing delay (ticks)
+
+    @classmethod
+    def zeros(cls, F: int, bins: int) -> MIAccum:
+        z = jnp.zeros(F, jnp.float32)
+        return cls(ticks=z, sent=z, acked=z, lost=z, rtt_w=z, rtt_sum=z,
+                   rtt_min=jnp.full(F, jnp.inf, jnp.float32), rtt_max=z, h1_w=z, h1_sum=z,
+                   h2_w=z, h2_sum=z, hist=jnp.zeros((F, bins), jnp.float32), qmax=z)
+
+
+class MIStats(struct.PyTreeNode):
+    """What a controller or agent learns at the end of an MI, per flow.
+
+    RTT fields are in seconds. When no ACK arrived in the MI, the RTT fields repeat the sender's
+    smoothed RTT (the last thing it knew) rather than being undefined; ``rtt_samples`` says so.
+    """
+
+    duration_s: jnp.ndarray
+    sent_bytes: jnp.ndarray
+    acked_bytes: jnp.ndarray
+    lost_bytes: jnp.ndarray
+    rtt_samples: jnp.ndarray  # acked bytes that carried an RTT sample
+    rtt_mean: jnp.ndarray
+    rtt_min: jnp.ndarray
+    rtt_max: jnp.ndarray
+    rtt_p95: jnp.ndarray
+    rtt_first_half: jnp.ndarray
+    rtt_second_half: jnp.ndarray
+    send_rate: jnp.ndarray  # bytes/s
+    delivery_rate: jnp.ndarray  # acked bytes/s
+    loss_rate: jnp.ndarray  # lost / (acked + lost) learned this MI
+    cwnd: jnp.ndarray
+    inflight: jnp.ndarray
+    srtt: jnp.ndarray
+    min_rtt: jnp.ndarray  # lowest RTT the sender has ever seen
+
+    @classmethod
+    def initial(cls, F: int, rtt_s: jnp.ndarray) -> MIStats:
+        z = jnp.zeros(F, jnp.float32)
+        return cls(duration_s=z, sent_bytes=z, acked_bytes=z, lost_bytes=z, rtt_samples=z,
+                   rtt_mean=rtt_s, rtt_min=rtt_s, rtt_max=rtt_s, rtt_p95=rtt_s,
+                   rtt_first_half=rtt_s, rtt_second_half=rtt_s, send_rate=z,
+                   delivery_rate=z, loss_rate=z, cwnd=z, inflight=z, srtt=rtt_s, min_rtt=rtt_s)
+
+
+def finalize(acc: MIAccum, tick_s: float, base_rtt_s: jnp.ndarray, srtt: jnp.ndarray,
+             min_rtt: jnp.ndarray, cwnd: jnp.ndarray, inflight: jnp.ndarray) -> MIStats:
+    dur = jnp.maximum(acc.ticks, 1.0) * tick_s
+    has = acc.rtt_w > 0
+    mean = jnp.where(has, acc.rtt_sum / jnp.maximum(acc.rtt_w, 1e-30), srtt)
+    h1 = jnp.where(acc.h1_w > 0, acc.h1_sum / jnp.maximum(acc.h1_w, 1e-30), mean)
+    h2 = jnp.where(acc.h2_w > 0, acc.h2_sum / jnp.maximum(acc.h2_w, 1e-30), mean)
+    p95 = base_rtt_s + hist_quantile(acc.hist, 0.95, acc.qmax) * tick_s
+    fb = acc.acked + acc.lost
+    return MIStats(
+        duration_s=dur, sent_bytes=acc.sent, acked_bytes=acc.acked, lost_bytes=acc.lost,
+        rtt_samples=acc.rtt_w, rtt_mean=mean,
+        rtt_min=jnp.where(has, acc.rtt_min, srtt), rtt_max=jnp.where(has, acc.rtt_max, srtt),
+        rtt_p95=jnp.where(has, p95, srtt), rtt_first_half=h1, rtt_second_half=h2,
+        send_rate=acc.sent / dur, delivery_rate=acc.acked / dur,
+        loss_rate=jnp.where(fb > 0, acc.lost / jnp.maximum(fb, 1e-30), 0.0),
+        cwnd=cwnd, inflight=inflight, srtt=srtt, min_rtt=min_rtt,
+    )

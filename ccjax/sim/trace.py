@@ -1,0 +1,71 @@
+"""Loader for mahimahi link traces.
+
+Format (mahimahi, Netravali et al., USENIX ATC 2015): one integer per line, a timestamp in ms from
+the start of the trace; each line is one opportunity to send one 1500-byte packet. Repeated
+timestamps mean several packets in that millisecond. The trace repeats when it reaches its end;
+its period is the last timestamp rounded up to a whole millisecond (at least 1 ms), as mahimahi
+does.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ccjax.errors import ConfigError
+from ccjax.units import PACKET_BYTES
+
+
+def load_mahimahi(path: str | Path) -> np.ndarray:
+    """Read a trace file into an int64 array of millisecond timestamps, validated."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"trace={str(p)!r} is invalid: no such file")
+    stamps = []
+    with p.open() as fh:
+        for lineno, line in enumerate(fh, 1):
+            s = line.strip()
+            if not s:
+                continue
+            try:
+                v = int(s)
+            except ValueError:
+                raise ConfigError(
+                    f"trace={str(p)!r} line {lineno} is invalid: {s!r} is not an integer"
+                    " millisecond timestamp"
+                ) from None
+            stamps.append(v)
+    return validate_stamps(np.asarray(stamps, dtype=np.int64), str(p))
+
+
+def validate_stamps(stamps: np.ndarray, name: str = "trace") -> np.ndarray:
+    if stamps.size == 0:
+        raise ConfigError(f"trace={name!r} is invalid: empty, needs at least one timestamp")
+    if np.any(stamps < 0):
+        raise ConfigError(f"trace={name!r} is invalid: negative timestamp, must be >= 0 ms")
+    bad = np.nonzero(np.diff(stamps) < 0)[0]
+    if bad.size:
+        i = int(bad[0]) + 1
+        raise ConfigError(
+            f"trace={name!r} is invalid: timestamps decrease at entry {i + 1}"
+            f" ({int(stamps[i - 1])} -> {int(stamps[i])}); they must be non-decreasing"
+        )
+    return stamps
+
+
+def trace_segments(stamps: np.ndarray, tick_s: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """Turn timestamps into (segment starts in ticks, bytes per tick, period in ticks).
+
+    Each millisecond of the trace becomes one segment whose rate delivers that millisecond's
+    packets; consecutive milliseconds with equal counts are merged.
+    """
+    period_ms = max(int(stamps[-1]), 1)
+    # Mahimahi: opportunities at timestamp == period belong to the next period's start; a trace
+    # ending at t delivers its last packets at t, i.e. in ms bin t mod period.
+    counts = np.bincount(stamps % period_ms, minlength=period_ms).astype(np.float64)
+    change = np.concatenate([[True], counts[1:] != counts[:-1]])
+    starts_ms = np.nonzero(change)[0]
+    ms_per_tick = tick_s * 1e3
+    rates = counts[starts_ms] * PACKET_BYTES * ms_per_tick  # bytes per tick within that ms
+    return starts_ms / ms_per_tick, rates, period_ms / ms_per_tick

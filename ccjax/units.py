@@ -1,0 +1,37 @@
+"""Unit conversions, in one place (DESIGN principle 5).
+
+Inside ccjax everything is seconds, bytes and bytes/s. Mbps, ms and packets appear only at the
+edges (CLI flags, TOML presets, printed tables, plots) and are converted here.
+"""
+
+from __future__ import annotations
+
+#: Bytes on the wire per packet. Rates and queue sizes are counted in wire bytes.
+PACKET_BYTES = 1500
+#: TCP payload per 1500-byte packet (MSS with timestamps), as ns-3 and Linux count it; goodput
+#: is reported in payload bytes.
+PAYLOAD_BYTES = 1448
+
+
+def mbps_to_bytes_per_s(mbps: float) -> float:
+    return mbps * 1e6 / 8.0
+
+
+def bytes_per_s_to_mbps(bps: float) -> float:
+    return bps * 8.0 / 1e6
+
+
+def ms_to_s(ms: float) -> float:
+    return ms * 1e-3
+
+
+def s_to_ms(s: float) -> float:
+    return s * 1e3
+
+
+def pkts_to_bytes(pkts: float) -> float:
+    return pkts * PACKET_BYTES
+
+
+def bytes_to_pkts(b: float) -> float:
+    return b / PACKET_BYTES
