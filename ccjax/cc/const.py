@@ -14,7 +14,7 @@ from flax import struct
 
 from ccjax.cc.base import Decision
 from ccjax.sim.stats import MIStats
-from ccjax.units import mbps_to_bytes_per_s
+from ccjax.units import PACKET_BYTES, mbps_to_bytes_per_s
 
 
 class ConstParams(struct.PyTreeNode):
@@ -44,22 +44,27 @@ class Const:
         return state, self._decide(params, stats.srtt)
 
 
+class WindowParams(struct.PyTreeNode):
+    cwnd: jnp.ndarray  # (F,) bytes
+    mi_rtts: jnp.ndarray  # MI length in smoothed RTTs
+
+
 @dataclass(frozen=True)
 class FixedWindow:
     """Window-based sender with a fixed cwnd, paced at cwnd/srtt (a testing and teaching aid)."""
 
     name: str = "fixed-window"
 
-    def default_params(self, n_flows: int, cwnd_pkts: float = 10.0) -> ConstParams:
-        return ConstParams(rate=jnp.full(n_flows, cwnd_pkts * 1500.0, jnp.float32),
-                           mi_rtts=jnp.float32(1.0))
+    def default_params(self, n_flows: int, cwnd_pkts: float = 10.0) -> WindowParams:
+        return WindowParams(cwnd=jnp.full(n_flows, cwnd_pkts * PACKET_BYTES, jnp.float32),
+                            mi_rtts=jnp.float32(1.0))
 
-    def _decide(self, params: ConstParams, srtt: jnp.ndarray) -> Decision:
-        return Decision(rate=jnp.zeros_like(params.rate), cwnd=params.rate,
-                        window=jnp.ones(params.rate.shape, bool), mi_s=params.mi_rtts * srtt)
+    def _decide(self, params: WindowParams, srtt: jnp.ndarray) -> Decision:
+        return Decision(rate=jnp.zeros_like(params.cwnd), cwnd=params.cwnd,
+                        window=jnp.ones(params.cwnd.shape, bool), mi_s=params.mi_rtts * srtt)
 
-    def init(self, params: ConstParams, base_rtt_s: jnp.ndarray):
+    def init(self, params: WindowParams, base_rtt_s: jnp.ndarray):
         return (), self._decide(params, base_rtt_s)
 
-    def on_interval(self, state, stats: MIStats, params: ConstParams):
+    def on_interval(self, state, stats: MIStats, params: WindowParams):
         return state, self._decide(params, stats.srtt)

@@ -33,9 +33,9 @@ import jax.numpy as jnp
 from flax import struct
 
 from ccjax.cc.base import Controller, Decision
-from ccjax.sim import capacity
+from ccjax.sim import capacity, sampling
 from ccjax.sim.link import LinkParams, SimConfig
-from ccjax.sim.stats import MIAccum, MIStats, finalize, hist_bin
+from ccjax.sim.stats import MIAccum, MIStats, finalize, hist_add
 from ccjax.units import PACKET_BYTES as PKT
 
 #: fields of both delay lines: admitted/delivered bytes, loss notifications, bytes x qdelay
@@ -118,7 +118,7 @@ def init_state(
         srtt=rtt, min_rtt=rtt, sent=z, acked=z, lost=z, decision=dec, cc=cc_state,
         mi=MIAccum.zeros(F, cfg.rtt_bins), mi_len=_mi_ticks(dec.mi_s, cfg),
         mi_count=jnp.zeros(F, jnp.int32), mi_done=jnp.zeros(F, bool),
-        last=MIStats.initial(F, rtt), tot=Totals.zeros(F, cfg.rtt_bins),
+        last=MIStats.initial(F, cfg.rtt_bins, rtt, cfg.tick_s), tot=Totals.zeros(F, cfg.rtt_bins),
     )
 
 
@@ -142,7 +142,10 @@ def tick(
     dt = cfg.tick_s
     t = s.t
     tf = t.astype(jnp.float32)
-    key, k_loss, k_drop = jax.random.split(s.key, 3)
+    if cfg.model == "packet":
+        key, k_loss, k_drop = jax.random.split(s.key, 3)
+    else:  # the fluid model draws nothing: expected values only
+        key = s.key
     active = link.present & (t >= link.start_tick) & (t < link.stop_tick)
     dec = s.decision
 
@@ -166,8 +169,7 @@ def tick(
     if cfg.model == "fluid":
         rloss = send * link.loss
     else:
-        rloss = PKT * jax.random.binomial(k_loss, send / PKT, link.loss).astype(jnp.float32)
-        rloss = jnp.where(link.loss > 0, rloss, 0.0)
+        rloss = PKT * sampling.binomial(k_loss, send / PKT, link.loss)
     offered = send - rloss
 
     # 3. Drop-tail admission: the queue holds at most buffer_bytes after this tick's service.
@@ -212,8 +214,6 @@ def tick(
     lost = s.lost + lost_b
 
     # 6. MI accumulation (first/second half split for Aurora's latency gradient).
-    b = hist_bin(qd, cfg.rtt_bins)
-    onehot = (jnp.arange(cfg.rtt_bins)[None, :] == b[:, None]) * ack_b[:, None]
     w = jnp.where(has, ack_b, 0.0)
     first = s.mi.ticks < 0.5 * s.mi_len.astype(jnp.float32)
     m = s.mi
@@ -224,13 +224,13 @@ def tick(
         rtt_max=jnp.where(has, jnp.maximum(m.rtt_max, rtt), m.rtt_max),
         h1_w=m.h1_w + jnp.where(first, w, 0.0), h1_sum=m.h1_sum + jnp.where(first, w * rtt, 0.0),
         h2_w=m.h2_w + jnp.where(first, 0.0, w), h2_sum=m.h2_sum + jnp.where(first, 0.0, w * rtt),
-        hist=m.hist + onehot, qmax=jnp.where(has, jnp.maximum(m.qmax, qd), m.qmax),
+        hist=hist_add(m.hist, qd, w), qmax=jnp.where(has, jnp.maximum(m.qmax, qd), m.qmax),
     )
     T = s.tot
     tot = Totals(
         sent=T.sent + send, delivered=T.delivered + out[:, 0], acked=T.acked + ack_b,
         lost=T.lost + lost_b, dropped=T.dropped + dropped, qd_sum=T.qd_sum + out[:, 2],
-        rtt_sum=T.rtt_sum + w * rtt, rtt_w=T.rtt_w + w, hist=T.hist + onehot,
+        rtt_sum=T.rtt_sum + w * rtt, rtt_w=T.rtt_w + w, hist=hist_add(T.hist, qd, w),
         qmax=jnp.where(has, jnp.maximum(T.qmax, qd), T.qmax),
         active_ticks=T.active_ticks + active.astype(jnp.float32),
         cap_bytes=T.cap_bytes + service, served=T.served + out[:, 0].sum(),

@@ -50,6 +50,12 @@ def hist_quantile(hist: jnp.ndarray, q: float, max_val: jnp.ndarray) -> jnp.ndar
     return jnp.where(tot[..., 0] > 0, val[..., 0], 0.0)
 
 
+def hist_add(hist: jnp.ndarray, qdelay_ticks: jnp.ndarray, w: jnp.ndarray) -> jnp.ndarray:
+    """Add weights ``w`` (F,) at queueing delays ``qdelay_ticks`` (F,) to ``hist`` (F, bins)."""
+    b = hist_bin(qdelay_ticks, hist.shape[-1])
+    return hist.at[jnp.arange(hist.shape[0]), b].add(w)
+
+
 class MIAccum(struct.PyTreeNode):
     """Running sums over the current MI, per flow."""
 
@@ -91,7 +97,6 @@ class MIStats(struct.PyTreeNode):
     rtt_mean: jnp.ndarray
     rtt_min: jnp.ndarray
     rtt_max: jnp.ndarray
-    rtt_p95: jnp.ndarray
     rtt_first_half: jnp.ndarray
     rtt_second_half: jnp.ndarray
     send_rate: jnp.ndarray  # bytes/s
@@ -101,14 +106,32 @@ class MIStats(struct.PyTreeNode):
     inflight: jnp.ndarray
     srtt: jnp.ndarray
     min_rtt: jnp.ndarray  # lowest RTT the sender has ever seen
+    base_rtt: jnp.ndarray  # propagation RTT of the path (what percentiles are added to)
+    qdelay_hist: jnp.ndarray  # (F, bins) acked bytes per queueing-delay bin
+    qdelay_max: jnp.ndarray  # largest queueing delay (ticks)
+    tick_s: float = struct.field(pytree_node=False, default=1e-3)
+
+    def rtt_quantile(self, q: float) -> jnp.ndarray:
+        """RTT quantile ``q`` (s) over the MI's acked bytes; the smoothed RTT if none arrived.
+
+        Computed on demand, not every tick: a controller that never reads it pays nothing.
+        """
+        v = self.base_rtt + hist_quantile(self.qdelay_hist, q, self.qdelay_max) * self.tick_s
+        return jnp.where(self.rtt_samples > 0, v, self.srtt)
+
+    @property
+    def rtt_p95(self) -> jnp.ndarray:
+        return self.rtt_quantile(0.95)
 
     @classmethod
-    def initial(cls, F: int, rtt_s: jnp.ndarray) -> MIStats:
+    def initial(cls, F: int, bins: int, rtt_s: jnp.ndarray, tick_s: float) -> MIStats:
         z = jnp.zeros(F, jnp.float32)
         return cls(duration_s=z, sent_bytes=z, acked_bytes=z, lost_bytes=z, rtt_samples=z,
-                   rtt_mean=rtt_s, rtt_min=rtt_s, rtt_max=rtt_s, rtt_p95=rtt_s,
+                   rtt_mean=rtt_s, rtt_min=rtt_s, rtt_max=rtt_s,
                    rtt_first_half=rtt_s, rtt_second_half=rtt_s, send_rate=z,
-                   delivery_rate=z, loss_rate=z, cwnd=z, inflight=z, srtt=rtt_s, min_rtt=rtt_s)
+                   delivery_rate=z, loss_rate=z, cwnd=z, inflight=z, srtt=rtt_s, min_rtt=rtt_s,
+                   base_rtt=rtt_s, qdelay_hist=jnp.zeros((F, bins), jnp.float32),
+                   qdelay_max=z, tick_s=tick_s)
 
 
 def finalize(acc: MIAccum, tick_s: float, base_rtt_s: jnp.ndarray, srtt: jnp.ndarray,
@@ -118,14 +141,14 @@ def finalize(acc: MIAccum, tick_s: float, base_rtt_s: jnp.ndarray, srtt: jnp.nda
     mean = jnp.where(has, acc.rtt_sum / jnp.maximum(acc.rtt_w, 1e-30), srtt)
     h1 = jnp.where(acc.h1_w > 0, acc.h1_sum / jnp.maximum(acc.h1_w, 1e-30), mean)
     h2 = jnp.where(acc.h2_w > 0, acc.h2_sum / jnp.maximum(acc.h2_w, 1e-30), mean)
-    p95 = base_rtt_s + hist_quantile(acc.hist, 0.95, acc.qmax) * tick_s
     fb = acc.acked + acc.lost
     return MIStats(
         duration_s=dur, sent_bytes=acc.sent, acked_bytes=acc.acked, lost_bytes=acc.lost,
         rtt_samples=acc.rtt_w, rtt_mean=mean,
         rtt_min=jnp.where(has, acc.rtt_min, srtt), rtt_max=jnp.where(has, acc.rtt_max, srtt),
-        rtt_p95=jnp.where(has, p95, srtt), rtt_first_half=h1, rtt_second_half=h2,
+        rtt_first_half=h1, rtt_second_half=h2,
         send_rate=acc.sent / dur, delivery_rate=acc.acked / dur,
         loss_rate=jnp.where(fb > 0, acc.lost / jnp.maximum(fb, 1e-30), 0.0),
-        cwnd=cwnd, inflight=inflight, srtt=srtt, min_rtt=min_rtt,
+        cwnd=cwnd, inflight=inflight, srtt=srtt, min_rtt=min_rtt, base_rtt=base_rtt_s,
+        qdelay_hist=acc.hist, qdelay_max=acc.qmax, tick_s=tick_s,
     )
