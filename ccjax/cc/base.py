@@ -13,11 +13,13 @@ pacing rate is then cwnd/srtt), and the length of the next MI. All arrays carry 
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import jax.numpy as jnp
 
-from ccjax.sim.stats import MIStats
+if TYPE_CHECKING:
+    from ccjax.sim.stats import MIStats
+
 
 
 class Decision(NamedTuple):

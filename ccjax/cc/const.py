@@ -8,12 +8,15 @@ UDP-like competing flows).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import jax.numpy as jnp
 from flax import struct
 
 from ccjax.cc.base import Decision
-from ccjax.sim.stats import MIStats
+
+if TYPE_CHECKING:
+    from ccjax.sim.stats import MIStats
 from ccjax.units import PACKET_BYTES, mbps_to_bytes_per_s
 
 

@@ -143,7 +143,7 @@ def tick(
     t = s.t
     tf = t.astype(jnp.float32)
     if cfg.model == "packet":
-        key, k_loss, k_drop = jax.random.split(s.key, 3)
+        key, k_loss, k_drop, k_jit = jax.random.split(s.key, 4)
     else:  # the fluid model draws nothing: expected values only
         key = s.key
     active = link.present & (t >= link.start_tick) & (t < link.stop_tick)
@@ -159,9 +159,14 @@ def tick(
         send = jnp.where(active, jnp.minimum(pace * dt, room), 0.0)
         credit = s.credit
     else:
-        # Whole packets; pacing credit may carry one packet beyond this tick's budget.
+        # Whole packets; pacing credit may carry one packet beyond this tick's budget. With
+        # jitter, the packet count is rounded stochastically (the mean rate is exact, the
+        # credit stays within one packet): real pacers have timer slack, and without it
+        # perfectly periodic senders phase-lock against drop-tail (Floyd & Jacobson 1992).
         credit = jnp.minimum(s.credit + pace * dt, pace * dt + PKT)
-        n = jnp.floor(jnp.minimum(credit, room) / PKT)
+        dither = jax.random.uniform(k_jit, credit.shape) if cfg.pacing_jitter else 0.0
+        n = jnp.minimum(jnp.floor(credit / PKT + dither), jnp.floor(room / PKT))
+        n = jnp.maximum(n, 0.0)
         send = jnp.where(active, n * PKT, 0.0)
         credit = jnp.where(active, credit - send, 0.0)
 

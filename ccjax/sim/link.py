@@ -44,6 +44,8 @@ class SimConfig:
     min_rate: float = PACKET_BYTES / 1.0
     #: window floor (bytes): one packet, as a TCP sender after a timeout (RFC 5681 LW = 1 MSS).
     min_cwnd: float = float(PACKET_BYTES)
+    #: packet model: stochastic rounding of each tick's packet count (see core.tick)
+    pacing_jitter: bool = True
 
     def __post_init__(self) -> None:
         require(self.model in MODELS, "model", self.model, f"one of {', '.join(MODELS)}")

@@ -161,6 +161,10 @@ def summarize(res: RunResult, i: int = 0) -> dict:
             "base_rtt_ms": float(base[f] * 1e3),
             "start_s": float(link.start_tick[f] * dt),
             "throughput_series_mbps": (tot.delivered[:, f] / interval_s * 8e-6).tolist(),
+            # mean RTT of the bytes delivered in each interval; null where none were delivered
+            "rtt_series_ms": [
+                float((base[f] + q / d * dt) * 1e3) if d > 0 else None
+                for q, d in zip(tot.qd_sum[:, f], tot.delivered[:, f], strict=True)],
         })
     served = tot.served.sum()
     arrivals = tot.arrivals.sum()

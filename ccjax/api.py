@@ -1,0 +1,103 @@
+"""The library's front door for simulation: what ``ccjax simulate`` and notebooks call.
+
+``simulate`` validates everything (raising ``ConfigError``) before anything is traced, plans a
+``SimConfig`` for the links, runs the batch in one compiled program and returns a ``RunResult``
+whose ``summary(i)`` is the JSON object the CLI prints.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ccjax.cc.registry import get_controller
+from ccjax.errors import ConfigError, require
+from ccjax.sim.link import MODELS, LinkSpec, build_links, plan
+from ccjax.sim.run import RunResult, make_timeline, run
+from ccjax.units import mbps_to_bytes_per_s
+
+
+def _per_flow(values: Sequence[float], n: int, field: str) -> list[float]:
+    v = list(values)
+    if len(v) == 1:
+        return v * n
+    if len(v) != n:
+        raise ConfigError(f"{field}={v} is invalid: give one value or one per flow ({n} flows)")
+    return v
+
+
+def simulate(
+    links: Sequence[LinkSpec],
+    *,
+    cc: str | Sequence[str] = "const",
+    rate_mbps: float | Sequence[float] = 8.0,
+    duration_s: float = 20.0,
+    model: str = "packet",
+    seed: int = 0,
+    series_interval_s: float = 0.1,
+    tick_s: float = 1e-3,
+    max_flows: int | None = None,
+) -> RunResult:
+    """Simulate a batch of links, every flow driven by controller ``cc`` (one name, or one per
+    flow), for ``duration_s`` seconds; returns the run with per-interval series."""
+    require(model in MODELS, "model", model, f"one of {', '.join(MODELS)}")
+    require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s, "> 0 s")
+    require(math.isfinite(series_interval_s) and series_interval_s > 0, "series_interval_s",
+            series_interval_s, "> 0 s")
+    require(series_interval_s >= tick_s, "series_interval_s", series_interval_s,
+            f">= the tick ({tick_s} s)")
+    require(isinstance(seed, int) and seed >= 0, "seed", seed, "an integer >= 0")
+    if not links:
+        raise ConfigError("links=[] is invalid: at least one link is needed")
+    n_flows = max(s.n_flows for s in links)
+    if max_flows is not None:
+        require(isinstance(max_flows, int) and max_flows >= 1, "max_flows", max_flows,
+                "an integer >= 1")
+        require(n_flows <= max_flows, "flows", n_flows, f"at most max_flows={max_flows}")
+        n_flows = max_flows
+    names = [cc] if isinstance(cc, str) else list(cc)
+    names = _per_flow(names, n_flows, "cc")
+    controllers = {get_controller(n) for n in names}
+    if len(controllers) != 1:
+        raise ConfigError(f"cc={names} is invalid: all flows of a link must use one controller")
+    controller = controllers.pop()
+    rates = [rate_mbps] if isinstance(rate_mbps, int | float) else list(rate_mbps)
+    rates = _per_flow(rates, n_flows, "rate_mbps")
+    for r in rates:
+        require(math.isfinite(r) and r > 0, "rate_mbps", r, "a rate > 0 Mbps")
+
+    cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model)
+    batch = build_links(links, cfg, horizon)
+    B = len(links)
+    params = controller.default_params(n_flows)
+    if controller.name == "const":
+        params = params.replace(
+            rate=jnp.asarray([mbps_to_bytes_per_s(r) for r in rates], jnp.float32))
+    params = jax.tree.map(lambda x: jnp.broadcast_to(x, (B,) + jnp.shape(x)), params)
+    keys = jax.random.split(jax.random.PRNGKey(seed), B)
+    timeline = make_timeline(duration_s, series_interval_s, cfg.tick_s)
+    return run(cfg, controller, batch, params, keys, timeline)
+
+
+def link_from_flags(
+    *, flows: int = 2, bw_mbps: float = 12.0, rtt_ms: Sequence[float] = (40.0,),
+    start_s: Sequence[float] | None = None, stop_s: Sequence[float] | None = None,
+    buffer_pkts: float | None = None, loss: float = 0.0, trace: np.ndarray | None = None,
+    trace_name: str = "trace",
+) -> LinkSpec:
+    """An explicit dumbbell: ``flows`` flows over one bottleneck. ``buffer_pkts`` defaults to one
+    bandwidth-delay product of the largest RTT (at least one packet)."""
+    require(isinstance(flows, int) and flows >= 1, "flows", flows, "an integer >= 1")
+    rtts = _per_flow(rtt_ms, flows, "rtt_ms")
+    starts = _per_flow(start_s if start_s is not None else [0.0], flows, "start_s")
+    stops = _per_flow(stop_s, flows, "stop_s") if stop_s is not None else None
+    if buffer_pkts is None:
+        require(math.isfinite(bw_mbps) and bw_mbps > 0, "bw_mbps", bw_mbps, "a number > 0 Mbps")
+        bdp = mbps_to_bytes_per_s(bw_mbps) * max(rtts) * 1e-3 / 1500.0
+        buffer_pkts = float(max(1, round(bdp)))
+    return LinkSpec(bandwidth_mbps=(bw_mbps,), buffer_pkts=buffer_pkts, loss=loss, rtt_ms=rtts,
+                    start_s=starts, stop_s=stops, trace=trace, trace_name=trace_name)

@@ -1,0 +1,18 @@
+"""Controllers by CLI name."""
+
+from __future__ import annotations
+
+from ccjax.cc.base import Controller
+from ccjax.cc.const import Const
+from ccjax.errors import ConfigError
+
+CONTROLLERS: dict[str, Controller] = {"const": Const()}
+
+
+def get_controller(name: str) -> Controller:
+    try:
+        return CONTROLLERS[name]
+    except KeyError:
+        raise ConfigError(
+            f"cc={name!r} is invalid: known controllers are {', '.join(sorted(CONTROLLERS))}"
+        ) from None

@@ -1,0 +1,217 @@
+"""The ``ccjax`` command line. It parses and prints; every run goes through the library API.
+
+Invalid input is one line on stderr (``ccjax: error: ...``) and exit code 2, before anything is
+compiled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from ccjax.errors import ConfigError
+
+
+def _floats(field: str):
+    def parse(text: str) -> list[float]:
+        try:
+            return [float(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{field}={text!r} is invalid: a number or a comma-separated list of numbers"
+            ) from None
+
+    return parse
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _add_simulate(sub) -> None:
+    p = sub.add_parser(
+        "simulate", help="simulate flows over a bottleneck and print a summary",
+        description="Simulate one scenario preset or an explicit dumbbell (the flags below), print"
+        " a per-flow table (or --json) and optionally plot it.")
+    p.add_argument("--scenario", help="a preset name (see `ccjax scenarios`) or a TOML path;"
+                   " without it an explicit dumbbell is built from the flags")
+    p.add_argument("--cc", type=_names, default=["const"],
+                   help="controller, or one per flow, comma-separated (default const)")
+    p.add_argument("--rate-mbps", type=_floats("rate_mbps"), default=[8.0],
+                   help="sending rate of const flows, one or one per flow (default 8)")
+    p.add_argument("--flows", type=int, default=2, help="number of flows (default 2)")
+    p.add_argument("--max-flows", type=int, default=None,
+                   help="F_max, the static flow capacity of the compiled simulator")
+    p.add_argument("--bw-mbps", type=float, default=12.0, help="bottleneck Mbps (default 12)")
+    p.add_argument("--rtt-ms", type=_floats("rtt_ms"), default=[40.0],
+                   help="base RTT, one or one per flow (default 40)")
+    p.add_argument("--start-s", type=_floats("start_s"), default=None,
+                   help="flow start times (default: flow 0 at 0 s, the others 5 s apart)")
+    p.add_argument("--stop-s", type=_floats("stop_s"), default=None, help="flow stop times")
+    p.add_argument("--buffer-pkts", type=float, default=None,
+                   help="drop-tail buffer in packets (default one BDP of the largest RTT)")
+    p.add_argument("--loss", type=float, default=0.0, help="random loss probability")
+    p.add_argument("--trace", help="mahimahi trace file for the bottleneck (replaces --bw-mbps)")
+    p.add_argument("--duration-s", type=float, default=None,
+                   help="simulated seconds (default 20, or the scenario's)")
+    p.add_argument("--model", choices=["fluid", "packet"], default="packet")
+    p.add_argument("--tick-ms", type=float, default=1.0, help="simulator tick (default 1 ms)")
+    p.add_argument("--links", type=int, default=1, help="links to sample from a scenario")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--series-interval-s", type=float, default=0.1)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", help="write throughput/RTT/queue plot (.png or .pdf)")
+
+
+def _links_for(args):
+    from ccjax.api import link_from_flags
+    from ccjax.sim.trace import load_mahimahi
+
+    if args.scenario:
+        from ccjax.sim.scenario import load_scenario
+
+        if args.links < 1:
+            raise ConfigError(f"links={args.links} is invalid: an integer >= 1")
+        sc = load_scenario(args.scenario)
+        specs = sc.sample(args.seed, args.links)
+        duration = args.duration_s if args.duration_s is not None else sc.duration_s
+        return specs, duration, sc.max_flows, sc.name
+    if args.links != 1:
+        raise ConfigError("links is only for --scenario; an explicit dumbbell is one link")
+    if args.flows < 1:
+        raise ConfigError(f"flows={args.flows} is invalid: an integer >= 1")
+    start = args.start_s if args.start_s is not None else [5.0 * i for i in range(args.flows)]
+    trace = load_mahimahi(args.trace) if args.trace else None
+    spec = link_from_flags(
+        flows=args.flows, bw_mbps=args.bw_mbps, rtt_ms=args.rtt_ms, start_s=start,
+        stop_s=args.stop_s, buffer_pkts=args.buffer_pkts, loss=args.loss, trace=trace,
+        trace_name=args.trace or "trace")
+    duration = args.duration_s if args.duration_s is not None else 20.0
+    return [spec], duration, None, "dumbbell"
+
+
+def _print_table(summary: dict, name: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    sim = summary["sim"]
+    t = Table(title=f"{name}: {sim['model']} model, {sim['ticks']} ticks of "
+              f"{sim['tick_s'] * 1e3:g} ms", title_justify="left")
+    for col in ("flow", "cc", "base RTT ms", "throughput Mbps", "goodput Mbps", "mean RTT ms",
+                "p95 RTT ms", "loss"):
+        t.add_column(col, justify="right")
+    for i, f in enumerate(summary["flows"]):
+        t.add_row(str(i), f.get("cc", "const"), f"{f['base_rtt_ms']:.1f}",
+                  f"{f['throughput_mbps']:.3f}", f"{f['goodput_mbps']:.3f}",
+                  f"{f['mean_rtt_ms']:.1f}", f"{f['p95_rtt_ms']:.1f}", f"{f['loss_rate']:.4f}")
+    c = Console()
+    c.print(t)
+    lk = summary["link"]
+    c.print(f"link: capacity {lk['capacity_mbps']:.2f} Mbps, utilization {lk['utilization']:.3f},"
+            f" mean queueing delay {lk['mean_queue_delay_ms']:.1f} ms,"
+            f" drop rate {lk['drop_rate']:.4f}")
+    c.print(f"compile {sim['compile_s']:.2f} s, run {sim['wall_s']:.3f} s")
+
+
+def cmd_simulate(args) -> int:
+    from ccjax.api import simulate
+    from ccjax.plot import check_plot_path, plot_run
+
+    if args.plot:
+        check_plot_path(args.plot)
+    specs, duration, max_flows, name = _links_for(args)
+    res = simulate(specs, cc=args.cc, rate_mbps=args.rate_mbps, duration_s=duration,
+                   model=args.model, seed=args.seed, series_interval_s=args.series_interval_s,
+                   tick_s=args.tick_ms * 1e-3, max_flows=args.max_flows or max_flows)
+    summaries = [res.summary(i) for i in range(len(specs))]
+    for s in summaries:
+        for i, f in enumerate(s["flows"]):
+            f["cc"] = args.cc[i] if len(args.cc) > 1 else args.cc[0]
+    out = dict(summaries[0])
+    out["scenario"] = name
+    if len(summaries) > 1:
+        out["batch"] = summaries
+    if args.plot:
+        plot_run(summaries[0], args.plot, title=name)
+    if args.json:
+        print(json.dumps(out))
+    else:
+        _print_table(summaries[0], name)
+        if len(summaries) > 1:
+            print(f"({len(summaries)} links simulated; --json prints every link)")
+        if args.plot:
+            print(f"plot written to {args.plot}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from ccjax.bench import bench_sim
+
+    if args.what != "sim":
+        raise ConfigError(f"bench={args.what!r} is invalid: known benchmarks are sim")
+    for b in args.batches:
+        if b < 1:
+            raise ConfigError(f"batches={args.batches} is invalid: positive integers")
+    out = bench_sim(batches=tuple(args.batches), models=tuple(args.models),
+                    duration_s=args.duration_s)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title="ccjax bench sim: " + out["machine"]["platform"], title_justify="left")
+    for col in ("model", "batch", "env-steps/s", "flow-ticks/s", "compile s", "run s"):
+        t.add_column(col, justify="right")
+    for r in out["results"]:
+        t.add_row(r["model"], str(r["batch"]), f"{r['env_steps_per_s']:,.0f}",
+                  f"{r['flow_ticks_per_s']:,.0f}", f"{r['compile_s']:.2f}", f"{r['run_s']:.3f}")
+    Console().print(t)
+    return 0
+
+
+def cmd_scenarios(args) -> int:
+    from ccjax.sim.scenario import list_scenarios, load_scenario
+
+    for n in list_scenarios():
+        sc = load_scenario(n)
+        print(f"{n:20s} {sc.description}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="ccjax", description="Vectorized congestion-control "
+                                 "simulation and learning in JAX.")
+    sub = ap.add_subparsers(dest="command", required=True)
+    _add_simulate(sub)
+    b = sub.add_parser("bench", help="measure speed (compile time reported separately)")
+    b.add_argument("what", help="what to benchmark: sim")
+    b.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")],
+                   default=[1, 64, 1024, 8192])
+    b.add_argument("--models", type=_names, default=["fluid", "packet"])
+    b.add_argument("--duration-s", type=float, default=2.0, help="simulated seconds per run")
+    b.add_argument("--json", action="store_true")
+    sub.add_parser("scenarios", help="list scenario presets")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    try:
+        if args.command == "simulate":
+            return cmd_simulate(args)
+        if args.command == "bench":
+            return cmd_bench(args)
+        if args.command == "scenarios":
+            return cmd_scenarios(args)
+    except ConfigError as e:
+        print(f"ccjax: error: {e}", file=sys.stderr)
+        return 2
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

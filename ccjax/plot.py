@@ -1,0 +1,54 @@
+"""Figures of a simulation run (matplotlib, PNG or PDF by the file's suffix)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ccjax.errors import ConfigError
+
+FORMATS = (".png", ".pdf", ".svg")
+
+
+def check_plot_path(path: str | Path) -> Path:
+    p = Path(path)
+    if p.suffix.lower() not in FORMATS:
+        raise ConfigError(f"plot={str(p)!r} is invalid: the file must end in {', '.join(FORMATS)}")
+    return p
+
+
+def plot_run(summary: dict, path: str | Path, title: str = "") -> Path:
+    """Per-flow throughput and RTT and the bottleneck queue over time, one panel each."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    p = check_plot_path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    dt = summary["sim"]["series_interval_s"]
+    fig, axes = plt.subplots(3, 1, figsize=(7, 7), sharex=True, constrained_layout=True)
+    for i, fl in enumerate(summary["flows"]):
+        thr = np.asarray(fl["throughput_series_mbps"])
+        t = (np.arange(len(thr)) + 1) * dt
+        label = f"flow {i} ({fl.get('cc', 'const')}, {fl['base_rtt_ms']:g} ms)"
+        axes[0].plot(t, thr, label=label, lw=1.2)
+        rtt = np.array([np.nan if v is None else v for v in fl["rtt_series_ms"]], dtype=float)
+        axes[1].plot(t, rtt, lw=1.2)
+    q = np.asarray(summary["link"]["queue_series_pkts"])
+    axes[2].plot((np.arange(len(q)) + 1) * dt, q, color="k", lw=1.2)
+    axes[0].axhline(summary["link"]["capacity_mbps"], color="gray", ls="--", lw=0.8,
+                    label="mean capacity")
+    axes[0].set_ylabel("throughput (Mbps)")
+    axes[1].set_ylabel("RTT (ms)")
+    axes[2].set_ylabel("queue (packets)")
+    axes[2].set_xlabel("time (s)")
+    axes[0].legend(fontsize=8, loc="best")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    if title:
+        axes[0].set_title(title)
+    fig.savefig(p, dpi=150)
+    plt.close(fig)
+    return p
