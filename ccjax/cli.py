@@ -106,7 +106,7 @@ def _print_table(summary: dict, name: str) -> None:
         t.add_row(str(i), f.get("cc", "const"), f"{f['base_rtt_ms']:.1f}",
                   f"{f['throughput_mbps']:.3f}", f"{f['goodput_mbps']:.3f}",
                   f"{f['mean_rtt_ms']:.1f}", f"{f['p95_rtt_ms']:.1f}", f"{f['loss_rate']:.4f}")
-    c = Console()
+    c = Console(width=None if sys.stdout.isatty() else 110)
     c.print(t)
     lk = summary["link"]
     c.print(f"link: capacity {lk['capacity_mbps']:.2f} Mbps, utilization {lk['utilization']:.3f},"
@@ -168,7 +168,7 @@ def cmd_bench(args) -> int:
     for r in out["results"]:
         t.add_row(r["model"], str(r["batch"]), f"{r['env_steps_per_s']:,.0f}",
                   f"{r['flow_ticks_per_s']:,.0f}", f"{r['compile_s']:.2f}", f"{r['run_s']:.3f}")
-    Console().print(t)
+    Console(width=None if sys.stdout.isatty() else 110).print(t)
     return 0
 
 

@@ -123,17 +123,17 @@ def init_state(
 
 
 def _allocate_packets(offered: jnp.ndarray, space: jnp.ndarray, key: jnp.ndarray) -> jnp.ndarray:
-    """Admit at most ``space`` whole packets of ``offered`` (F,), proportionally, remainders to
-    random flows with the largest fractional shares (drop-tail sees packets in random order)."""
+    """Admit at most ``space`` whole packets of ``offered`` (F,) packets, as drop-tail does when
+    packets arrive in random order: each flow gets its proportional share rounded down, and the
+    remaining packets go to flows with probability equal to their fractional part (systematic
+    sampling), so every offered packet has the same chance of being admitted."""
     total = offered.sum()
     exact = offered * jnp.minimum(space / jnp.maximum(total, 1.0), 1.0)
     base = jnp.floor(exact)
-    rem = jnp.maximum(jnp.minimum(space, total) - base.sum(), 0.0)
-    frac = exact - base
-    score = jnp.where(base < offered, frac + 1e-3 * jax.random.uniform(key, offered.shape), -1.0)
-    rank = jnp.argsort(jnp.argsort(-score))
-    extra = (rank < rem) & (base < offered)
-    return base + extra.astype(offered.dtype)
+    c = jnp.cumsum(exact - base)
+    u = jax.random.uniform(key)
+    extra = jnp.floor(c + u) - jnp.floor(jnp.concatenate([jnp.zeros(1), c[:-1]]) + u)
+    return jnp.minimum(base + extra, offered)
 
 
 def tick(
@@ -159,14 +159,23 @@ def tick(
         send = jnp.where(active, jnp.minimum(pace * dt, room), 0.0)
         credit = s.credit
     else:
-        # Whole packets; pacing credit may carry one packet beyond this tick's budget. With
-        # jitter, the packet count is rounded stochastically (the mean rate is exact, the
-        # credit stays within one packet): real pacers have timer slack, and without it
-        # perfectly periodic senders phase-lock against drop-tail (Floyd & Jacobson 1992).
-        credit = jnp.minimum(s.credit + pace * dt, pace * dt + PKT)
-        dither = jax.random.uniform(k_jit, credit.shape) if cfg.pacing_jitter else 0.0
-        n = jnp.minimum(jnp.floor(credit / PKT + dither), jnp.floor(room / PKT))
-        n = jnp.maximum(n, 0.0)
+        # Whole packets. With jitter (default) the packet count is rounded stochastically and
+        # a tick's packets are deferred to the next tick half the time: the mean rate is exact
+        # and the credit stays bounded. Real pacers have timer slack; without it perfectly
+        # periodic senders phase-lock against the link's service and drop-tail shares the
+        # link by phase, not by rate (Floyd & Jacobson 1992).
+        cap = 2.0 * pace * dt + PKT
+        credit = jnp.minimum(s.credit + pace * dt, cap)
+        if cfg.pacing_jitter:
+            u = jax.random.uniform(k_jit, (2,) + credit.shape)
+            n = jnp.floor(credit / PKT + u[0])
+            # timer slack: half the time this tick's packets leave with the next tick's, but
+            # only when the credit then still fits under its cap, so no credit is ever lost
+            defer = (u[1] < 0.5) & (credit + pace * dt <= cap)
+            n = jnp.where(defer, 0.0, n)
+        else:
+            n = jnp.floor(credit / PKT)
+        n = jnp.maximum(jnp.minimum(n, jnp.floor(room / PKT)), 0.0)
         send = jnp.where(active, n * PKT, 0.0)
         credit = jnp.where(active, credit - send, 0.0)
 

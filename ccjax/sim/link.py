@@ -127,6 +127,22 @@ class LinkSpec:
             for a, b in zip(self.start_s, self.stop_s, strict=True):
                 require(b > a, "stop_s", b, f"after the flow's start time {a} s")
 
+    def __eq__(self, other: object) -> bool:
+        # Field-wise, with the trace compared as an array (the generated __eq__ cannot).
+        if not isinstance(other, LinkSpec):
+            return NotImplemented
+        for f in self.__dataclass_fields__:
+            a, b = getattr(self, f), getattr(other, f)
+            if f == "trace":
+                if (a is None) != (b is None) or (a is not None and not np.array_equal(a, b)):
+                    return False
+            elif (list(a) if isinstance(a, tuple | list) else a) != (
+                    list(b) if isinstance(b, tuple | list) else b):
+                return False
+        return True
+
+    __hash__ = None  # holds arrays
+
     @property
     def n_flows(self) -> int:
         return len(self.rtt_ms)

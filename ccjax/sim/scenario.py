@@ -1,0 +1,665 @@
+"""Scenarios: a distribution over bottleneck links and flow schedules, loaded from TOML presets.
+
+A learned congestion controller is trained and judged on *many* links, not one, and the papers
+it reproduces (Aurora, MOCC, AUTO, Astraea, Pareto, ZiXia) each describe their link population as
+ranges ("bandwidth 1-5 Mbps, queue 2-2981 packets, ..."). A ``Scenario`` holds such a population
+and ``Scenario.sample`` draws concrete, validated ``LinkSpec`` values from it, deterministically
+from a seed, so that a batch of links can be built and simulated at once.
+
+TOML schema (every table and key is checked; an unknown key is an error)::
+
+    name = "astraea-train"            # optional, defaults to the file name
+    description = "..."               # optional
+    source = "Liao et al., EuroSys'24, Table 3"   # citation, optional for user files
+    duration_s = 30                   # run length, > 0
+    max_flows = 5                     # optional, defaults to the largest flow count
+
+    [link]
+    bandwidth_mbps = {uniform = [40, 160]}   # needed by kind "constant", and by "steps" without
+                                              # values_mbps (one draw per change point)
+    buffer_bdp = {log_uniform = [0.1, 16]}   # exactly one of buffer_bdp / buffer_pkts
+    loss = 0.0                                # random loss probability, [0, 1); default 0
+
+    [link.capacity]                   # optional; default kind = "constant"
+    kind = "steps"                    # "constant" | "steps" | "trace"
+    values_mbps = [12, 60]            # steps: fixed cycle, or {choice = [[12, 60], [50]]}
+    interval_s = 10                   # steps: time between changes (a distribution)
+    redraw_interval = true            # steps: draw interval_s at every change (else once a link)
+    random_phase = false              # steps with values_mbps: start the cycle at a random value
+    files = ["traces/lte.trace"]      # trace: mahimahi files, one drawn per link; relative paths
+                                      # are relative to the TOML file
+
+    [flows]
+    count = {int_uniform = [2, 5]}    # flows per link, default 1
+    rtt_ms = {uniform = [10, 140]}    # base RTT (propagation, both ways)
+    shared_rtt = false                # true (default): one RTT draw per link for all its flows
+    start_s = {uniform = [0, 10]}     # per-flow start time, default 0; sorted (flow 0 first)
+    first_at_zero = true              # flow 0 starts at t = 0 (default false)
+    lifetime_s = {uniform = [15, 30]} # per-flow lifetime; absent = every flow runs to the end
+
+A distribution is a plain number (a constant), ``{uniform = [lo, hi]}``,
+``{log_uniform = [lo, hi]}`` (uniform in log space, lo > 0), ``{choice = [a, b, ...]}`` (each
+value equally likely) or ``{int_uniform = [lo, hi]}`` (integers, both ends included).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ccjax.errors import ConfigError
+from ccjax.sim.link import LinkSpec
+from ccjax.sim.trace import load_mahimahi
+from ccjax.units import PACKET_BYTES, mbps_to_bytes_per_s
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+__all__ = [
+    "Capacity",
+    "Dist",
+    "FlowDist",
+    "LinkDist",
+    "Scenario",
+    "list_scenarios",
+    "load_scenario",
+    "presets_dir",
+]
+
+DIST_KINDS = ("uniform", "log_uniform", "choice", "int_uniform")
+CAPACITY_KINDS = ("constant", "steps", "trace")
+#: Upper bound on the capacity segments one sampled link may need: the segment count is a static
+#: shape of the compiled simulator (``SimConfig.schedule_len``), so it must stay modest.
+MAX_SEGMENTS = 10_000
+
+_DIST_HELP = (
+    "a number or one of {uniform = [lo, hi]}, {log_uniform = [lo, hi]}, "
+    "{choice = [a, b, ...]}, {int_uniform = [lo, hi]}"
+)
+
+
+# ----------------------------------------------------------------------------------------------
+# Distributions
+
+
+@dataclass(frozen=True)
+class Dist:
+    """One scalar distribution: ``kind`` in const/uniform/log_uniform/choice/int_uniform.
+
+    ``params`` is ``(value,)`` for const, ``(lo, hi)`` for the ranges and the values for choice.
+    A const draws no random numbers, so adding a constant field never shifts other draws.
+    """
+
+    kind: str
+    params: tuple[float, ...]
+
+    @property
+    def lo(self) -> float:
+        """Smallest value the distribution can produce."""
+        return float(min(self.params))
+
+    @property
+    def hi(self) -> float:
+        """Largest value the distribution can produce."""
+        return float(max(self.params))
+
+    @property
+    def is_const(self) -> bool:
+        return self.kind == "const" or self.lo == self.hi
+
+    def sample(self, rng: np.random.Generator, size: int) -> np.ndarray:
+        """Draw ``size`` values (float64; integral values for int_uniform)."""
+        p = self.params
+        if self.kind == "const":
+            return np.full(size, p[0], dtype=np.float64)
+        if self.kind == "uniform":
+            return rng.uniform(p[0], p[1], size)
+        if self.kind == "log_uniform":
+            return np.exp(rng.uniform(math.log(p[0]), math.log(p[1]), size))
+        if self.kind == "choice":
+            return np.asarray(p, dtype=np.float64)[rng.integers(0, len(p), size)]
+        if self.kind == "int_uniform":
+            return rng.integers(int(p[0]), int(p[1]) + 1, size).astype(np.float64)
+        raise AssertionError(self.kind)  # parse_dist admits no other kind
+
+    def draw(self, rng: np.random.Generator) -> float:
+        """Draw one value."""
+        return float(self.sample(rng, 1)[0])
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """Allowed values of one field, used to check a distribution's support on load."""
+
+    lo: float = -math.inf
+    lo_open: bool = False
+    hi: float = math.inf
+    hi_open: bool = False
+    integer: bool = False
+    unit: str = ""
+
+    def ok(self, v: float) -> bool:
+        if not math.isfinite(v):
+            return False
+        if self.integer and v != int(v):
+            return False
+        if v < self.lo or (self.lo_open and v == self.lo):
+            return False
+        return not (v > self.hi or (self.hi_open and v == self.hi))
+
+    def describe(self) -> str:
+        parts = []
+        if self.lo > -math.inf:
+            parts.append(f"{'>' if self.lo_open else '>='} {self.lo:g}")
+        if self.hi < math.inf:
+            parts.append(f"{'<' if self.hi_open else '<='} {self.hi:g}")
+        what = "integers" if self.integer else "values"
+        return f"{what} must be {' and '.join(parts)}{' ' + self.unit if self.unit else ''}"
+
+
+_POSITIVE = {"lo": 0.0, "lo_open": True}
+
+
+class _Where:
+    """Names the file in error messages: ``sims/foo.toml: link.loss=... is invalid: ...``."""
+
+    def __init__(self, origin: str) -> None:
+        self.origin = origin
+
+    def fail(self, key: str, value: object, why: str) -> ConfigError:
+        return ConfigError(f"{self.origin}: {key}={value!r} is invalid: {why}")
+
+    def missing(self, key: str, why: str) -> ConfigError:
+        return ConfigError(f"{self.origin}: {key} is missing: {why}")
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _parse_dist(raw: object, key: str, where: _Where, bound: _Bound) -> Dist:
+    """Turn a TOML value into a ``Dist``, checking its syntax and that its support is allowed."""
+    if _is_number(raw):
+        d = Dist("const", (float(raw),))
+    elif isinstance(raw, dict):
+        if len(raw) != 1:
+            raise where.fail(key, raw, f"needs exactly one distribution kind ({_DIST_HELP})")
+        ((kind, args),) = raw.items()
+        if kind not in DIST_KINDS:
+            raise where.fail(key, raw, f"unknown distribution kind {kind!r}; use "
+                             + ", ".join(DIST_KINDS))
+        if kind == "choice":
+            if not isinstance(args, list) or not args or not all(_is_number(a) for a in args):
+                raise where.fail(key, raw, "choice needs a non-empty list of numbers")
+            d = Dist("choice", tuple(float(a) for a in args))
+        else:
+            if (not isinstance(args, list) or len(args) != 2
+                    or not all(_is_number(a) for a in args)):
+                raise where.fail(key, raw, f"{kind} needs [lo, hi], two numbers")
+            lo, hi = float(args[0]), float(args[1])
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                raise where.fail(key, raw, "lo and hi must be finite")
+            if lo > hi:
+                raise where.fail(key, raw, "lo must be <= hi")
+            if kind == "log_uniform" and lo <= 0:
+                raise where.fail(key, raw, "log_uniform needs lo > 0")
+            if kind == "int_uniform" and not all(isinstance(a, int) for a in args):
+                raise where.fail(key, raw, "int_uniform needs integer lo and hi")
+            d = Dist(kind, (lo, hi))
+    else:
+        raise where.fail(key, raw, f"must be {_DIST_HELP}")
+    if bound.integer and d.kind in ("uniform", "log_uniform") and d.lo != d.hi:
+        raise where.fail(key, raw, "needs whole numbers: use a number, int_uniform or choice")
+    for v in d.params:
+        if not bound.ok(v):
+            raise where.fail(key, raw, bound.describe())
+    return d
+
+
+# ----------------------------------------------------------------------------------------------
+# Scenario
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """How a link's capacity varies over time (see the module docstring for the TOML keys).
+
+    ``cycles`` holds the candidate ``values_mbps`` cycles (one is drawn per link; a single-value
+    cycle is a constant link). ``None`` means step values are drawn from the link's bandwidth
+    distribution at each change point.
+    """
+
+    kind: str = "constant"
+    cycles: tuple[tuple[float, ...], ...] | None = None
+    interval_s: Dist | None = None
+    redraw_interval: bool = True
+    random_phase: bool = False
+    files: tuple[Path, ...] = ()
+    traces: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class LinkDist:
+    """Distribution of one link's bandwidth, buffer, random loss and capacity variation."""
+
+    bandwidth_mbps: Dist | None
+    buffer_pkts: Dist | None
+    buffer_bdp: Dist | None
+    loss: Dist
+    capacity: Capacity
+
+
+@dataclass(frozen=True)
+class FlowDist:
+    """Distribution of the flows crossing one link: how many, their RTTs and lifetimes."""
+
+    count: Dist
+    rtt_ms: Dist
+    shared_rtt: bool
+    start_s: Dist
+    first_at_zero: bool
+    lifetime_s: Dist | None
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A named distribution over links and flow schedules; ``sample`` draws ``LinkSpec`` values.
+
+    Built by ``load_scenario`` / ``Scenario.from_toml`` / ``Scenario.from_dict``, which validate
+    every field, so a loaded scenario always samples valid links.
+    """
+
+    name: str
+    description: str
+    source: str
+    duration_s: float
+    max_flows: int
+    link: LinkDist
+    flows: FlowDist
+    path: Path | None = None
+
+    # -- loading --------------------------------------------------------------------------
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike[str]) -> Scenario:
+        """Load and validate a scenario TOML file; trace paths are resolved next to it."""
+        p = Path(path)
+        origin = _display(p)
+        if not p.is_file():
+            raise ConfigError(f"scenario={origin!r} is invalid: no such file")
+        try:
+            with p.open("rb") as fh:
+                data = tomllib.load(fh)
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{origin}: is invalid TOML: {e}") from None
+        return cls.from_dict(data, origin=origin, base_dir=p.resolve().parent,
+                             default_name=p.stem, path=p.resolve())
+
+    @classmethod
+    def from_dict(
+        cls,
+        data: dict[str, Any],
+        *,
+        origin: str = "<scenario>",
+        base_dir: str | os.PathLike[str] | None = None,
+        default_name: str = "scenario",
+        path: Path | None = None,
+    ) -> Scenario:
+        """Validate a parsed TOML document (``origin`` prefixes every error message)."""
+        return _parse(data, _Where(origin), Path(base_dir) if base_dir else Path.cwd(),
+                      default_name, path)
+
+    # -- sampling -------------------------------------------------------------------------
+
+    def sample(self, seed_or_rng: Any, n_links: int) -> list[LinkSpec]:
+        """Draw ``n_links`` links, deterministically from the seed.
+
+        ``seed_or_rng`` is an int, a ``numpy.random.Generator`` (its stream is consumed), a
+        ``numpy.random.SeedSequence`` or a JAX PRNG key (typed or raw ``uint32``). Links are drawn
+        one after another from one stream, so the first k links of ``sample(s, n)`` equal
+        ``sample(s, k)``.
+        """
+        if (not isinstance(n_links, (int, np.integer)) or isinstance(n_links, bool)
+                or n_links < 1):
+            raise ConfigError(f"n_links={n_links!r} is invalid: a positive integer")
+        rng = _as_rng(seed_or_rng)
+        return [self._sample_link(rng) for _ in range(int(n_links))]
+
+    def _sample_link(self, rng: np.random.Generator) -> LinkSpec:
+        L, F = self.link, self.flows
+        n = int(F.count.draw(rng))
+        cap, mean_mbps = self._sample_capacity(rng)
+        rtt = ([F.rtt_ms.draw(rng)] * n if F.shared_rtt else F.rtt_ms.sample(rng, n).tolist())
+        if F.first_at_zero:
+            start = np.concatenate([[0.0], np.sort(F.start_s.sample(rng, n - 1))])
+        else:
+            start = np.sort(F.start_s.sample(rng, n))
+        stop = None
+        if F.lifetime_s is not None:
+            stop = (start + F.lifetime_s.sample(rng, n)).tolist()
+        if L.buffer_bdp is not None:
+            bdp_pkts = mbps_to_bytes_per_s(mean_mbps) * max(rtt) * 1e-3 / PACKET_BYTES
+            buf = L.buffer_bdp.draw(rng) * bdp_pkts
+        else:
+            assert L.buffer_pkts is not None
+            buf = L.buffer_pkts.draw(rng)
+        buf = float(max(1, round(buf)))
+        loss = L.loss.draw(rng)
+        return LinkSpec(**cap, buffer_pkts=buf, loss=loss, rtt_ms=tuple(rtt),
+                        start_s=tuple(start.tolist()),
+                        stop_s=None if stop is None else tuple(stop))
+
+    def _sample_capacity(self, rng: np.random.Generator) -> tuple[dict[str, Any], float]:
+        """LinkSpec capacity fields and the link's time-average capacity (Mbps, for BDP)."""
+        c = self.link.capacity
+        if c.kind == "trace":
+            i = int(rng.integers(0, len(c.traces)))
+            stamps = c.traces[i]
+            period_ms = max(int(stamps[-1]), 1)
+            mean = stamps.size * PACKET_BYTES * 8 / (period_ms * 1e-3) / 1e6
+            return {"trace": stamps, "trace_name": str(c.files[i])}, mean
+        bw = self.link.bandwidth_mbps
+        if c.kind == "constant":
+            assert bw is not None
+            v = bw.draw(rng)
+            return {"bandwidth_mbps": (v,), "steps_s": (0.0,)}, v
+        assert c.interval_s is not None
+        T = self.duration_s
+        if c.cycles is not None:
+            cycle = c.cycles[int(rng.integers(0, len(c.cycles)))] if len(c.cycles) > 1 \
+                else c.cycles[0]
+            if c.random_phase and len(cycle) > 1:
+                k = int(rng.integers(0, len(cycle)))
+                cycle = cycle[k:] + cycle[:k]
+            if len(cycle) == 1:
+                return {"bandwidth_mbps": cycle, "steps_s": (0.0,)}, cycle[0]
+            if c.interval_s.is_const or not c.redraw_interval:
+                iv = c.interval_s.draw(rng)
+                steps = tuple(float(i * iv) for i in range(len(cycle)))
+                return ({"bandwidth_mbps": cycle, "steps_s": steps, "period_s": iv * len(cycle)},
+                        float(np.mean(cycle)))
+            next_value: Callable[[int], float] = lambda i: cycle[i % len(cycle)]
+        else:
+            assert bw is not None
+            next_value = lambda i: bw.draw(rng)
+        # A schedule without a period, generated up to the end of the run.
+        fixed_iv = None if c.redraw_interval else c.interval_s.draw(rng)
+        times, values = [0.0], [next_value(0)]
+        while True:
+            t = times[-1] + (fixed_iv if fixed_iv is not None else c.interval_s.draw(rng))
+            if t >= T:
+                break
+            times.append(t)
+            values.append(next_value(len(values)))
+        ends = np.append(np.asarray(times[1:]), T)
+        mean = float(np.sum(np.asarray(values) * (ends - np.asarray(times))) / T)
+        return {"bandwidth_mbps": tuple(values), "steps_s": tuple(times)}, mean
+
+
+# ----------------------------------------------------------------------------------------------
+# Parsing
+
+
+def _take(table: dict[str, Any], allowed: Sequence[str], prefix: str, where: _Where) -> None:
+    """Reject keys outside ``allowed`` (a typo must not silently fall back to a default)."""
+    for k in table:
+        if k not in allowed:
+            raise where.fail(prefix + k, table[k], "unknown key; allowed: " + ", ".join(allowed))
+
+
+def _table(data: dict[str, Any], key: str, prefix: str, where: _Where) -> dict[str, Any]:
+    v = data.get(key, {})
+    if not isinstance(v, dict):
+        raise where.fail(prefix + key, v, "must be a table")
+    return v
+
+
+def _bool(t: dict[str, Any], key: str, prefix: str, where: _Where, default: bool) -> bool:
+    v = t.get(key, default)
+    if not isinstance(v, bool):
+        raise where.fail(prefix + key, v, "must be true or false")
+    return v
+
+
+def _str(t: dict[str, Any], key: str, where: _Where, default: str) -> str:
+    v = t.get(key, default)
+    if not isinstance(v, str):
+        raise where.fail(key, v, "must be a string")
+    return v
+
+
+def _parse(data: dict[str, Any], where: _Where, base_dir: Path, default_name: str,
+           path: Path | None) -> Scenario:
+    _take(data, ("name", "description", "source", "duration_s", "max_flows", "link", "flows"),
+          "", where)
+    name = _str(data, "name", where, default_name)
+    if not name:
+        raise where.fail("name", name, "must not be empty")
+    description = _str(data, "description", where, "")
+    source = _str(data, "source", where, "")
+    if "duration_s" not in data:
+        raise where.missing("duration_s", "the run length in seconds is required")
+    duration = data["duration_s"]
+    if not _is_number(duration) or not math.isfinite(duration) or duration <= 0:
+        raise where.fail("duration_s", duration, "must be a number > 0 s")
+    duration = float(duration)
+
+    link = _parse_link(_table(data, "link", "", where), where, base_dir, duration)
+    flows = _parse_flows(_table(data, "flows", "", where), where)
+    if flows.start_s.hi >= duration:
+        raise where.fail("flows.start_s", data["flows"]["start_s"],
+                         f"start times must be < duration_s ({duration:g} s); a flow starting "
+                         "at or after the end never sends")
+
+    max_hi = int(flows.count.hi)
+    max_flows = data.get("max_flows", max_hi)
+    if (not isinstance(max_flows, int) or isinstance(max_flows, bool)
+            or not 1 <= max_flows <= 4096):
+        raise where.fail("max_flows", max_flows, "must be an integer from 1 to 4096")
+    if max_flows < max_hi:
+        raise where.fail("max_flows", max_flows,
+                         f"must be >= the largest flows.count ({max_hi})")
+    return Scenario(name=name, description=description, source=source, duration_s=duration,
+                    max_flows=max_flows, link=link, flows=flows, path=path)
+
+
+def _parse_link(t: dict[str, Any], where: _Where, base_dir: Path, duration: float) -> LinkDist:
+    p = "link."
+    _take(t, ("bandwidth_mbps", "buffer_pkts", "buffer_bdp", "loss", "capacity"), p, where)
+    cap = _parse_capacity(_table(t, "capacity", p, where), where, base_dir, duration)
+
+    bw = None
+    needs_bw = cap.kind == "constant" or (cap.kind == "steps" and cap.cycles is None)
+    if "bandwidth_mbps" in t:
+        if not needs_bw:
+            why = ("not used with link.capacity.kind = 'trace'" if cap.kind == "trace"
+                   else "not used with link.capacity.values_mbps; remove one of them")
+            raise where.fail(p + "bandwidth_mbps", t["bandwidth_mbps"], why)
+        bw = _parse_dist(t["bandwidth_mbps"], p + "bandwidth_mbps", where,
+                         _Bound(**_POSITIVE, unit="Mbps"))
+    elif needs_bw:
+        raise where.missing(p + "bandwidth_mbps", "the link bandwidth is required")
+
+    if ("buffer_pkts" in t) == ("buffer_bdp" in t):
+        raise where.fail(p + "buffer_pkts", t.get("buffer_pkts"),
+                         "give exactly one of link.buffer_pkts and link.buffer_bdp")
+    buf_pkts = buf_bdp = None
+    if "buffer_pkts" in t:
+        buf_pkts = _parse_dist(t["buffer_pkts"], p + "buffer_pkts", where,
+                               _Bound(lo=1.0, unit="packets"))
+    else:
+        buf_bdp = _parse_dist(t["buffer_bdp"], p + "buffer_bdp", where,
+                              _Bound(**_POSITIVE, unit="x BDP"))
+    loss = _parse_dist(t.get("loss", 0.0), p + "loss", where,
+                       _Bound(lo=0.0, hi=1.0, hi_open=True, unit="(a probability)"))
+    return LinkDist(bandwidth_mbps=bw, buffer_pkts=buf_pkts, buffer_bdp=buf_bdp, loss=loss,
+                    capacity=cap)
+
+
+def _parse_capacity(t: dict[str, Any], where: _Where, base_dir: Path,
+                    duration: float) -> Capacity:
+    p = "link.capacity."
+    kind = t.get("kind", "constant")
+    if kind not in CAPACITY_KINDS:
+        raise where.fail(p + "kind", kind, "must be one of " + ", ".join(CAPACITY_KINDS))
+    if kind == "constant":
+        _take(t, ("kind",), p, where)
+        return Capacity()
+    if kind == "trace":
+        _take(t, ("kind", "files"), p, where)
+        files = t.get("files")
+        if not isinstance(files, list) or not files or not all(isinstance(f, str) for f in files):
+            raise where.fail(p + "files", files, "needs a non-empty list of trace file paths")
+        paths, traces = [], []
+        for i, f in enumerate(files):
+            fp = Path(f).expanduser()
+            fp = fp if fp.is_absolute() else base_dir / fp
+            try:
+                stamps = load_mahimahi(fp)
+            except ConfigError as e:
+                raise ConfigError(f"{where.origin}: {p}files[{i}]: {e}") from None
+            stamps.flags.writeable = False  # shared by every LinkSpec drawn from this file
+            traces.append(stamps)
+            paths.append(fp)
+        return Capacity(kind="trace", files=tuple(paths), traces=tuple(traces))
+
+    _take(t, ("kind", "values_mbps", "interval_s", "redraw_interval", "random_phase"), p, where)
+    if "interval_s" not in t:
+        raise where.missing(p + "interval_s", "steps need the time between changes")
+    interval = _parse_dist(t["interval_s"], p + "interval_s", where, _Bound(**_POSITIVE, unit="s"))
+    if math.ceil(duration / interval.lo) + 1 > MAX_SEGMENTS:
+        raise where.fail(p + "interval_s", t["interval_s"],
+                         f"too short: duration_s / interval > {MAX_SEGMENTS} capacity segments")
+    cycles = None
+    if "values_mbps" in t:
+        cycles = _parse_cycles(t["values_mbps"], p + "values_mbps", where)
+    random_phase = _bool(t, "random_phase", p, where, False)
+    if random_phase and cycles is None:
+        raise where.fail(p + "random_phase", True, "only applies with link.capacity.values_mbps")
+    return Capacity(kind="steps", cycles=cycles, interval_s=interval,
+                    redraw_interval=_bool(t, "redraw_interval", p, where, True),
+                    random_phase=random_phase)
+
+
+def _parse_cycles(raw: object, key: str, where: _Where) -> tuple[tuple[float, ...], ...]:
+    """``[a, b, ...]`` (one cycle) or ``{choice = [[a, b], [c], ...]}`` (one cycle per link)."""
+    if isinstance(raw, dict) and list(raw) == ["choice"] and isinstance(raw["choice"], list):
+        candidates = raw["choice"]
+        if not candidates:
+            raise where.fail(key, raw, "choice needs at least one list of Mbps values")
+    elif isinstance(raw, list):
+        candidates = [raw]
+    else:
+        raise where.fail(key, raw, "must be a list of Mbps values or {choice = [[...], ...]}")
+    out = []
+    for c in candidates:
+        if (not isinstance(c, list) or not c
+                or not all(_is_number(v) and math.isfinite(v) and v > 0 for v in c)):
+            raise where.fail(key, raw, "each cycle must be a non-empty list of numbers > 0 Mbps")
+        out.append(tuple(float(v) for v in c))
+    return tuple(out)
+
+
+def _parse_flows(t: dict[str, Any], where: _Where) -> FlowDist:
+    p = "flows."
+    _take(t, ("count", "rtt_ms", "shared_rtt", "start_s", "first_at_zero", "lifetime_s"), p,
+          where)
+    count = _parse_dist(t.get("count", 1), p + "count", where,
+                        _Bound(lo=1.0, hi=4096.0, integer=True, unit="flows"))
+    if "rtt_ms" not in t:
+        raise where.missing(p + "rtt_ms", "the flows' base RTT is required")
+    rtt = _parse_dist(t["rtt_ms"], p + "rtt_ms", where, _Bound(**_POSITIVE, unit="ms"))
+    start = _parse_dist(t.get("start_s", 0.0), p + "start_s", where, _Bound(lo=0.0, unit="s"))
+    life = None
+    if "lifetime_s" in t:
+        life = _parse_dist(t["lifetime_s"], p + "lifetime_s", where,
+                           _Bound(**_POSITIVE, unit="s"))
+    return FlowDist(count=count, rtt_ms=rtt, shared_rtt=_bool(t, "shared_rtt", p, where, True),
+                    start_s=start, first_at_zero=_bool(t, "first_at_zero", p, where, False),
+                    lifetime_s=life)
+
+
+# ----------------------------------------------------------------------------------------------
+# Seeds, presets
+
+
+def _as_rng(seed: Any) -> np.random.Generator:
+    """A numpy Generator from an int, Generator, SeedSequence or JAX PRNG key."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, np.random.SeedSequence):
+        return np.random.default_rng(seed)
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        if seed < 0:
+            raise ConfigError(f"seed={int(seed)} is invalid: must be >= 0")
+        return np.random.default_rng(int(seed))
+    if hasattr(seed, "dtype") and hasattr(seed, "shape"):
+        import jax
+
+        try:
+            data = np.asarray(jax.random.key_data(seed)).ravel()
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"seed_or_rng: not a JAX PRNG key ({e})") from None
+        return np.random.default_rng(data.astype(np.uint64))
+    raise TypeError(
+        f"seed_or_rng={seed!r}: expected an int, numpy Generator/SeedSequence or JAX PRNG key"
+    )
+
+
+def presets_dir() -> Path:
+    """Where the named presets live.
+
+    The wheel ships them as ``ccjax/_presets/sims`` (pyproject force-include); a source checkout
+    or editable install reads the repo's ``sims/`` directly.
+    """
+    import ccjax
+
+    shipped = Path(ccjax.__file__).parent / "_presets" / "sims"
+    if shipped.is_dir():
+        return shipped
+    return Path(__file__).resolve().parents[2] / "sims"
+
+
+def list_scenarios() -> list[str]:
+    """Names of the shipped presets (sorted), as accepted by ``load_scenario``."""
+    d = presets_dir()
+    return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+
+
+def load_scenario(name_or_path: str | os.PathLike[str]) -> Scenario:
+    """Load a preset by name (``"mocc-train"``) or a scenario TOML file by path.
+
+    Anything that looks like a path (a ``PathLike``, a ``.toml`` suffix or a directory separator)
+    is read as a file; anything else is a preset name.
+    """
+    s = os.fspath(name_or_path)
+    looks_like_path = (not isinstance(name_or_path, str) or s.endswith(".toml")
+                       or os.sep in s or "/" in s)
+    if looks_like_path:
+        return Scenario.from_toml(s)
+    p = presets_dir() / f"{s}.toml"
+    if not p.is_file():
+        names = list_scenarios()
+        raise ConfigError(
+            f"scenario={s!r} is invalid: no such preset; available: "
+            f"{', '.join(names) if names else '(none)'} (or give a path to a .toml file)"
+        )
+    return Scenario.from_toml(p)
+
+
+def _display(p: Path) -> str:
+    """The path as error messages show it: relative to the working directory when inside it."""
+    try:
+        rel = os.path.relpath(p.resolve())
+    except ValueError:  # pragma: no cover - different drive on Windows
+        return str(p)
+    return rel if not rel.startswith("..") else str(p.resolve())

@@ -1,0 +1,39 @@
+"""Small drivers the tests share: run a link tick by tick and record what the laws need."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ccjax.cc.const import Const, FixedWindow
+from ccjax.sim import LinkSpec, build_links, in_flight, init_state, plan, tick
+from ccjax.units import mbps_to_bytes_per_s
+
+
+def tick_trace(spec: LinkSpec, model: str, rate_mbps, duration_s: float, seed: int = 0,
+               window_pkts: float | None = None):
+    """Run one link for ``duration_s`` and return per-tick arrays (numpy) of the state."""
+    cfg, horizon = plan([spec], duration_s, model=model)
+    link = jax.tree.map(lambda x: x[0], build_links([spec], cfg, horizon))
+    if window_pkts is None:
+        ctl = Const()
+        rates = np.broadcast_to(np.asarray(rate_mbps, np.float64), (cfg.n_flows,))
+        params = ctl.default_params(cfg.n_flows).replace(
+            rate=jnp.asarray([mbps_to_bytes_per_s(r) for r in rates], jnp.float32))
+    else:
+        ctl = FixedWindow()
+        params = ctl.default_params(cfg.n_flows, cwnd_pkts=window_pkts)
+    s0 = init_state(cfg, link, ctl, params, jax.random.PRNGKey(seed))
+
+    def body(s, _):
+        s = tick(cfg, ctl, link, params, s)
+        rec = dict(sent=s.sent, acked=s.acked, lost=s.lost, queue=s.queue,
+                   inflight=in_flight(s, link, cfg), delivered=s.tot.delivered,
+                   served=s.tot.served, qtot=s.queue.sum(), srtt=s.srtt, mi_done=s.mi_done,
+                   dropped=s.tot.dropped)
+        return s, rec
+
+    n = int(round(duration_s / cfg.tick_s))
+    s, rec = jax.jit(lambda s0: jax.lax.scan(body, s0, None, length=n))(s0)
+    return cfg, link, s, jax.tree.map(np.asarray, rec)
