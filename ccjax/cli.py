@@ -181,10 +181,17 @@ def cmd_scenarios(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the project's error shape: one line on stderr, exit code 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"ccjax: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="ccjax", description="Vectorized congestion-control "
+    ap = _Parser(prog="ccjax", description="Vectorized congestion-control "
                                  "simulation and learning in JAX.")
-    sub = ap.add_subparsers(dest="command", required=True)
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_simulate(sub)
     b = sub.add_parser("bench", help="measure speed (compile time reported separately)")
     b.add_argument("what", help="what to benchmark: sim")
@@ -199,7 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = build_parser()
-    args = ap.parse_args(argv)
+    try:
+        args = ap.parse_args(argv)
+    except SystemExit as e:  # --help, or a usage error already printed as one line
+        return int(e.code or 0)
     try:
         if args.command == "simulate":
             return cmd_simulate(args)

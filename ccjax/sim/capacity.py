@@ -3,7 +3,8 @@
 Every capacity model ccjax supports -- constant, a schedule of step changes, a mahimahi trace -- is
 represented the same way, so one compiled simulator serves them all and a batch may mix them:
 
-* ``t``  (K,) segment start times in ticks, ``t[0] == 0``, non-decreasing (padding repeats ``period``);
+* ``t``  (K,) segment start times in ticks, ``t[0] == 0``, non-decreasing (padding:
+  ``period``);
 * ``r``  (K,) service in bytes per tick during each segment;
 * ``c``  (K,) cumulative bytes served from the period start to each segment start;
 * ``period`` (ticks) and ``period_bytes`` (bytes served per period): the schedule repeats, as a

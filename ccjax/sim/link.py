@@ -101,7 +101,8 @@ class LinkSpec:
             for b in bw:
                 require(math.isfinite(b) and b > 0, "bandwidth_mbps", b, "a number > 0 Mbps")
             st = list(self.steps_s)
-            require(len(st) == len(bw), "steps_s", st, f"one start time per bandwidth value ({len(bw)})")
+            require(len(st) == len(bw), "steps_s", st,
+                    f"one start time per bandwidth value ({len(bw)})")
             require(st[0] == 0.0, "steps_s", st, "must start at 0")
             require(all(b > a for a, b in zip(st, st[1:], strict=False)), "steps_s", st,
                     "strictly increasing times")

@@ -76,8 +76,10 @@ def make_runner(cfg: SimConfig, controller: Controller, timeline: Timeline):
         s = init_state(cfg, link, controller, cc_params, key)
         outs = []
         if timeline.n_full:
-            s, o = jax.lax.scan(lambda st, _: interval(link, cc_params, st, timeline.interval_ticks),
-                                s, None, length=timeline.n_full)
+            def full(st, _):
+                return interval(link, cc_params, st, timeline.interval_ticks)
+
+            s, o = jax.lax.scan(full, s, None, length=timeline.n_full)
             outs.append(o)
         if timeline.remainder:
             s, o = interval(link, cc_params, s, timeline.remainder)

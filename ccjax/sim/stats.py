@@ -22,7 +22,8 @@ def hist_growth(n_bins: int) -> float:
 
 def hist_bin(qdelay_ticks: jnp.ndarray, n_bins: int) -> jnp.ndarray:
     g = hist_growth(n_bins)
-    b = 1 + jnp.floor(jnp.log(jnp.maximum(qdelay_ticks, 1e-12) / _Q0) / jnp.log(g)).astype(jnp.int32)
+    octave = jnp.log(jnp.maximum(qdelay_ticks, 1e-12) / _Q0) / jnp.log(g)
+    b = 1 + jnp.floor(octave).astype(jnp.int32)
     b = jnp.clip(b, 1, n_bins - 1)
     return jnp.where(qdelay_ticks <= 1e-6, 0, b)
 

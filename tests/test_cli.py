@@ -1,0 +1,113 @@
+"""The command line: output shapes, plots, and one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ccjax.cli import main
+
+
+def _run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_line_error(code, err, *words):
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("ccjax: error:")
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+def test_simulate_json_shape(capsys, tmp_path):
+    png, pdf = tmp_path / "run.png", tmp_path / "run.pdf"
+    code, out, _ = _run(capsys, "simulate", "--json", "--duration-s", "2", "--flows", "2",
+                        "--rtt-ms", "20,60", "--start-s", "0,0.5", "--rate-mbps", "5,9",
+                        "--model", "fluid", "--plot", str(png))
+    assert code == 0
+    d = json.loads(out)
+    assert set(d) >= {"flows", "link", "sim"}
+    assert len(d["flows"]) == 2
+    for f in d["flows"]:
+        for k in ("goodput_mbps", "throughput_mbps", "mean_rtt_ms", "p95_rtt_ms", "loss_rate",
+                  "throughput_series_mbps"):
+            assert k in f
+        assert len(f["throughput_series_mbps"]) == 20  # 2 s at the 0.1 s default interval
+    assert d["flows"][0]["mean_rtt_ms"] >= 20.0 and d["flows"][1]["mean_rtt_ms"] >= 60.0
+    for k in ("utilization", "mean_queue_delay_ms", "drop_rate"):
+        assert 0 <= d["link"][k]
+    assert d["sim"]["model"] == "fluid" and d["sim"]["ticks"] == 2000
+    assert d["sim"]["wall_s"] > 0 and d["sim"]["compile_s"] > 0
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
+    code, _, _ = _run(capsys, "simulate", "--duration-s", "1", "--plot", str(pdf))
+    assert code == 0 and pdf.read_bytes()[:4] == b"%PDF"
+
+
+def test_simulate_scenario_batch(capsys):
+    code, out, _ = _run(capsys, "simulate", "--scenario", "mocc-train", "--links", "3",
+                        "--duration-s", "1", "--json", "--rate-mbps", "2")
+    assert code == 0
+    d = json.loads(out)
+    assert d["scenario"] == "mocc-train" and len(d["batch"]) == 3
+
+
+def test_simulate_table(capsys):
+    code, out, _ = _run(capsys, "simulate", "--duration-s", "1")
+    assert code == 0 and "utilization" in out and "throughput" in out
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--bw-mbps", "-5"], ["bw_mbps", "> 0"]),
+    (["--flows", "5", "--max-flows", "4"], ["flows=5", "max_flows=4"]),
+    (["--scenario", "no-such-scenario"], ["no-such-scenario", "mocc-train"]),
+    (["--loss", "1.5"], ["loss", "[0, 1)"]),
+    (["--rtt-ms", "10,20,30", "--flows", "2"], ["rtt_ms"]),
+    (["--model", "quantum"], ["model"]),
+    (["--rate-mbps", "fast"], ["rate_mbps"]),
+    (["--cc", "warp"], ["cc", "const"]),
+    (["--plot", "out.gif"], ["plot", ".png"]),
+    (["--duration-s", "0"], ["duration_s"]),
+])
+def test_simulate_invalid_input(capsys, argv, words):
+    code, _, err = _run(capsys, "simulate", *argv)
+    _one_line_error(code, err, *words)
+
+
+def test_trace_errors(capsys, tmp_path):
+    empty = tmp_path / "empty.trace"
+    empty.write_text("")
+    code, _, err = _run(capsys, "simulate", "--trace", str(empty))
+    _one_line_error(code, err, "empty")
+    dec = tmp_path / "dec.trace"
+    dec.write_text("0\n5\n3\n")
+    code, _, err = _run(capsys, "simulate", "--trace", str(dec))
+    _one_line_error(code, err, "decrease")
+    code, _, err = _run(capsys, "simulate", "--trace", str(tmp_path / "missing"))
+    _one_line_error(code, err, "no such file")
+    bad = tmp_path / "bad.trace"
+    bad.write_text("0\nabc\n")
+    code, _, err = _run(capsys, "simulate", "--trace", str(bad))
+    _one_line_error(code, err, "line 2")
+
+
+def test_bench_json(capsys):
+    code, out, _ = _run(capsys, "bench", "sim", "--batches", "1,4", "--models", "fluid",
+                        "--duration-s", "0.5", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert [r["batch"] for r in d["results"]] == [1, 4]
+    for r in d["results"]:
+        assert r["model"] == "fluid"
+        assert r["env_steps_per_s"] > 0 and r["flow_ticks_per_s"] > 0 and r["compile_s"] > 0
+
+
+def test_bench_invalid(capsys):
+    code, _, err = _run(capsys, "bench", "sim", "--batches", "0")
+    _one_line_error(code, err, "batches")
+    code, _, err = _run(capsys, "bench", "everything")
+    _one_line_error(code, err, "bench")
