@@ -205,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from ccjax.devices import use_all_cpu_cores
+
+    use_all_cpu_cores()  # before anything imports JAX's backend
     ap = build_parser()
     try:
         args = ap.parse_args(argv)

@@ -65,6 +65,8 @@ def constant(bytes_per_tick: float, period_ticks: float) -> Schedule:
 
 def cum(s: Schedule, x: jnp.ndarray) -> jnp.ndarray:
     """Bytes served in ``[0, x)`` ticks."""
+    if s.t.shape[-1] == 1:  # constant capacity (static): no search, no gather
+        return x * s.r[..., 0]
     n = jnp.floor(x / s.period)
     y = x - n * s.period
     i = jnp.clip(jnp.searchsorted(s.t, y, side="right") - 1, 0, s.t.shape[-1] - 1)
@@ -73,6 +75,8 @@ def cum(s: Schedule, x: jnp.ndarray) -> jnp.ndarray:
 
 def inv(s: Schedule, v: jnp.ndarray) -> jnp.ndarray:
     """Earliest time (ticks) by which ``v`` bytes have been served since time 0."""
+    if s.t.shape[-1] == 1:
+        return v / jnp.maximum(s.r[..., 0], 1e-30)
     pb = jnp.maximum(s.period_bytes, 1e-30)
     n = jnp.floor(v / pb)
     w = v - n * pb

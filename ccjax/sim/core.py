@@ -137,10 +137,17 @@ def _allocate_packets(offered: jnp.ndarray, space: jnp.ndarray, key: jnp.ndarray
 
 
 def tick(
-    cfg: SimConfig, controller: Controller, link: LinkParams, cc_params: Any, s: SimState
+    cfg: SimConfig, controller: Controller, link: LinkParams, cc_params: Any, s: SimState,
+    t: jnp.ndarray | None = None,
 ) -> SimState:
+    """Advance one link by one tick.
+
+    ``t`` may be passed separately from the state: a driver that vmaps ``tick`` over links
+    passes the (common) tick unbatched, so the delay lines are read and written with a plain
+    dynamic slice rather than a per-link gather/scatter. It must equal ``s.t``.
+    """
     dt = cfg.tick_s
-    t = s.t
+    t = s.t if t is None else t
     tf = t.astype(jnp.float32)
     if cfg.model == "packet":
         key, k_loss, k_drop, k_jit = jax.random.split(s.key, 4)

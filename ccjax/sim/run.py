@@ -51,13 +51,19 @@ def make_timeline(duration_s: float, interval_s: float, tick_s: float) -> Timeli
     return Timeline(total_ticks=total, interval_ticks=min(interval, total))
 
 
-def _scan_ticks(cfg: SimConfig, controller: Controller, link: LinkParams, cc_params: Any,
-                s: SimState, n: int) -> SimState:
-    def body(st, _):
-        return tick(cfg, controller, link, cc_params, st), None
+def _scan_ticks(cfg: SimConfig, controller: Controller, links: LinkParams, cc_params: Any,
+                s: SimState, t0: jnp.ndarray, n: int) -> tuple[SimState, jnp.ndarray]:
+    """``n`` ticks of a batch of links: a scan over time of a vmap over links, with the common
+    tick index carried unbatched (see ``core.tick``)."""
+    step = jax.vmap(lambda lk, p, st, t: tick(cfg, controller, lk, p, st, t),
+                    in_axes=(0, 0, 0, None))
 
-    s, _ = jax.lax.scan(body, s, None, length=n)
-    return s
+    def body(carry, _):
+        st, t = carry
+        return (step(links, cc_params, st, t), t + 1), None
+
+    (s, t), _ = jax.lax.scan(body, (s, t0), None, length=n)
+    return s, t
 
 
 def make_runner(cfg: SimConfig, controller: Controller, timeline: Timeline):
@@ -68,26 +74,32 @@ def make_runner(cfg: SimConfig, controller: Controller, timeline: Timeline):
     """
     zeros = Totals.zeros(cfg.n_flows, cfg.rtt_bins)
 
-    def interval(link, cc_params, s, n):
-        s = _scan_ticks(cfg, controller, link, cc_params, s.replace(tot=zeros), n)
-        return s, (s.tot, s.queue.sum())
+    def interval(links, cc_params, carry, n):
+        s, t = carry
+        B = links.buffer_bytes.shape[0]
+        s = s.replace(tot=jax.tree.map(lambda z: jnp.broadcast_to(z, (B,) + z.shape), zeros))
+        s, t = _scan_ticks(cfg, controller, links, cc_params, s, t, n)
+        return (s, t), (s.tot, s.queue.sum(-1))
 
-    def run_one(link: LinkParams, cc_params: Any, key: jnp.ndarray):
-        s = init_state(cfg, link, controller, cc_params, key)
+    def run_batch(links: LinkParams, cc_params: Any, keys: jnp.ndarray):
+        s = jax.vmap(lambda lk, p, k: init_state(cfg, lk, controller, p, k))(
+            links, cc_params, keys)
+        carry = (s, jnp.zeros((), jnp.int32))
         outs = []
         if timeline.n_full:
-            def full(st, _):
-                return interval(link, cc_params, st, timeline.interval_ticks)
+            def full(c, _):
+                return interval(links, cc_params, c, timeline.interval_ticks)
 
-            s, o = jax.lax.scan(full, s, None, length=timeline.n_full)
+            carry, o = jax.lax.scan(full, carry, None, length=timeline.n_full)
             outs.append(o)
         if timeline.remainder:
-            s, o = interval(link, cc_params, s, timeline.remainder)
+            carry, o = interval(links, cc_params, carry, timeline.remainder)
             outs.append(jax.tree.map(lambda x: x[None], o))
         tot, qend = jax.tree.map(lambda *xs: jnp.concatenate(xs, 0), *outs)
-        return s, tot, qend
+        # scans stack intervals first; the public layout is (links, intervals, ...)
+        return carry[0], jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), tot), qend.T
 
-    return jax.jit(jax.vmap(run_one))
+    return jax.jit(run_batch)
 
 
 @dataclass
@@ -109,7 +121,12 @@ class RunResult:
 
 def run(cfg: SimConfig, controller: Controller, links: LinkParams, cc_params: Any,
         keys: jnp.ndarray, timeline: Timeline) -> RunResult:
-    """Compile (timed separately) and run a batch of links; block until done."""
+    """Compile (timed separately) and run a batch of links; block until done. The batch is
+    split across all local devices when it divides evenly (``ccjax.devices``)."""
+    from ccjax.devices import shard_batch
+
+    B = int(links.buffer_bytes.shape[0])
+    links, cc_params, keys = shard_batch((links, cc_params, keys), B)
     fn = make_runner(cfg, controller, timeline)
     t0 = time.perf_counter()
     compiled = fn.lower(links, cc_params, keys).compile()
