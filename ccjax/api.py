@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ccjax.cc.mix import Mix, MixParams
 from ccjax.cc.registry import get_controller
 from ccjax.errors import ConfigError, require
 from ccjax.sim.link import MODELS, LinkSpec, build_links, plan
@@ -61,10 +62,8 @@ def simulate(
         n_flows = max_flows
     names = [cc] if isinstance(cc, str) else list(cc)
     names = _per_flow(names, n_flows, "cc")
-    controllers = {get_controller(n) for n in names}
-    if len(controllers) != 1:
-        raise ConfigError(f"cc={names} is invalid: all flows of a link must use one controller")
-    controller = controllers.pop()
+    distinct = sorted(set(names))
+    members = [get_controller(n) for n in distinct]
     rates = [rate_mbps] if isinstance(rate_mbps, int | float) else list(rate_mbps)
     rates = _per_flow(rates, n_flows, "rate_mbps")
     for r in rates:
@@ -73,10 +72,18 @@ def simulate(
     cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model)
     batch = build_links(links, cfg, horizon)
     B = len(links)
-    params = controller.default_params(n_flows)
-    if controller.name == "const":
-        params = params.replace(
-            rate=jnp.asarray([mbps_to_bytes_per_s(r) for r in rates], jnp.float32))
+    member_params = []
+    for c in members:
+        p = c.default_params(n_flows)
+        if c.name == "const":
+            p = p.replace(rate=jnp.asarray([mbps_to_bytes_per_s(r) for r in rates], jnp.float32))
+        member_params.append(p)
+    if len(members) == 1:
+        controller, params = members[0], member_params[0]
+    else:
+        controller = Mix(tuple(members))
+        params = MixParams(index=jnp.asarray([distinct.index(n) for n in names], jnp.int32),
+                           members=tuple(member_params))
     params = jax.tree.map(lambda x: jnp.broadcast_to(x, (B,) + jnp.shape(x)), params)
     keys = jax.random.split(jax.random.PRNGKey(seed), B)
     timeline = make_timeline(duration_s, series_interval_s, cfg.tick_s)

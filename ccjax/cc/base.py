@@ -7,8 +7,13 @@ A controller is a frozen dataclass (its static configuration) with two pure meth
 
 ``params`` is the controller's dynamic parameter pytree (vmappable); ``stats`` is the
 ``MIStats`` of the monitor interval that just ended; the ``Decision`` says how the flow sends
-until its next MI ends: a pacing rate, a congestion window (used when ``window`` is true; the
-pacing rate is then cwnd/srtt), and the length of the next MI. All arrays carry the flow axis.
+until its next MI ends, and covers all three kinds of sender:
+
+* rate-based (PCC, Aurora, MOCC):        ``rate > 0``, ``cwnd = inf``;
+* window-based (Reno, Cubic, Vegas):     ``rate = 0`` (pace at cwnd/srtt), ``cwnd`` = window;
+* paced with a window cap (BBR, Copa):   ``rate > 0`` and a finite ``cwnd``.
+
+Bytes in flight never exceed ``cwnd``. All arrays carry the flow axis.
 """
 
 from __future__ import annotations
@@ -23,9 +28,8 @@ if TYPE_CHECKING:
 
 
 class Decision(NamedTuple):
-    rate: jnp.ndarray  # (F,) bytes/s, pacing rate of a rate-based sender
-    cwnd: jnp.ndarray  # (F,) bytes, window of a window-based sender
-    window: jnp.ndarray  # (F,) bool: window-based (True) or rate-based (False)
+    rate: jnp.ndarray  # (F,) pacing rate in bytes/s; 0 means pace at cwnd/srtt
+    cwnd: jnp.ndarray  # (F,) cap on bytes in flight; inf for none
     mi_s: jnp.ndarray  # (F,) length of the next MI in seconds
 
 

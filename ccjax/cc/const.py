@@ -38,7 +38,7 @@ class Const:
 
     def _decide(self, params: ConstParams, srtt: jnp.ndarray) -> Decision:
         return Decision(rate=params.rate, cwnd=jnp.full_like(params.rate, jnp.inf),
-                        window=jnp.zeros(params.rate.shape, bool), mi_s=params.mi_rtts * srtt)
+                        mi_s=params.mi_rtts * srtt)
 
     def init(self, params: ConstParams, base_rtt_s: jnp.ndarray):
         return (), self._decide(params, base_rtt_s)
@@ -64,7 +64,7 @@ class FixedWindow:
 
     def _decide(self, params: WindowParams, srtt: jnp.ndarray) -> Decision:
         return Decision(rate=jnp.zeros_like(params.cwnd), cwnd=params.cwnd,
-                        window=jnp.ones(params.cwnd.shape, bool), mi_s=params.mi_rtts * srtt)
+                        mi_s=params.mi_rtts * srtt)
 
     def init(self, params: WindowParams, base_rtt_s: jnp.ndarray):
         return (), self._decide(params, base_rtt_s)

@@ -156,12 +156,13 @@ def tick(
     active = link.present & (t >= link.start_tick) & (t < link.stop_tick)
     dec = s.decision
 
-    # 1. Sender output. Window-based senders pace at cwnd/srtt and never exceed the window.
+    # 1. Sender output: paced at the decided rate, or at cwnd/srtt when the rate is 0; bytes in
+    #    flight (as the sender knows them) never exceed the window.
     cwnd = jnp.maximum(dec.cwnd, cfg.min_cwnd)
-    pace = jnp.where(dec.window, cwnd / s.srtt, dec.rate)
+    pace = jnp.where(dec.rate > 0, dec.rate, cwnd / s.srtt)
     pace = jnp.maximum(pace, cfg.min_rate)
     inflight = s.sent - s.acked - s.lost
-    room = jnp.where(dec.window, jnp.maximum(cwnd - inflight, 0.0), jnp.inf)
+    room = jnp.maximum(cwnd - inflight, 0.0)
     if cfg.model == "fluid":
         send = jnp.where(active, jnp.minimum(pace * dt, room), 0.0)
         credit = s.credit
