@@ -20,7 +20,7 @@ DEFAULT_RATE_MBPS = 8.0
 
 
 def bench_sim(batches=(1, 64, 1024, 8192), models=("fluid", "packet"), duration_s: float = 2.0,
-              repeats: int = 2) -> dict:
+              repeats: int = 2, tick_s: float = 1e-3) -> dict:
     results = []
     spec = link_from_flags(**{**DEFAULT_LINK, "start_s": (0.0, 0.0)})
     for model in models:
@@ -28,7 +28,7 @@ def bench_sim(batches=(1, 64, 1024, 8192), models=("fluid", "packet"), duration_
             best = None
             for _ in range(repeats):
                 res = simulate([spec] * b, rate_mbps=DEFAULT_RATE_MBPS, duration_s=duration_s,
-                               model=model, series_interval_s=duration_s)
+                               model=model, series_interval_s=duration_s, tick_s=tick_s)
                 if best is None or res.wall_s < best.wall_s:
                     best = res
             mis = int(np.asarray(best.state.mi_count)[:, 0].sum())
@@ -47,5 +47,5 @@ def bench_sim(batches=(1, 64, 1024, 8192), models=("fluid", "packet"), duration_
                     "jax": jax.__version__, "backend": jax.default_backend(),
                     "devices": [str(d) for d in jax.devices()]},
         "scenario": {**DEFAULT_LINK, "start_s": [0.0, 0.0], "rate_mbps": DEFAULT_RATE_MBPS,
-                     "cc": "const", "duration_s": duration_s},
+                     "cc": "const", "duration_s": duration_s, "tick_s": tick_s},
     }

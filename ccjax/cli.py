@@ -154,8 +154,11 @@ def cmd_bench(args) -> int:
     for b in args.batches:
         if b < 1:
             raise ConfigError(f"batches={args.batches} is invalid: positive integers")
+    for m in args.models:
+        if m not in ("fluid", "packet"):
+            raise ConfigError(f"models={args.models} is invalid: fluid and/or packet")
     out = bench_sim(batches=tuple(args.batches), models=tuple(args.models),
-                    duration_s=args.duration_s)
+                    duration_s=args.duration_s, tick_s=args.tick_ms * 1e-3)
     if args.json:
         print(json.dumps(out))
         return 0
@@ -199,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
                    default=[1, 64, 1024, 8192])
     b.add_argument("--models", type=_names, default=["fluid", "packet"])
     b.add_argument("--duration-s", type=float, default=2.0, help="simulated seconds per run")
+    b.add_argument("--tick-ms", type=float, default=1.0, help="simulator tick (default 1 ms)")
     b.add_argument("--json", action="store_true")
     sub.add_parser("scenarios", help="list scenario presets")
     return ap

@@ -24,7 +24,8 @@ def use_all_cpu_cores(n: int | None = None) -> bool:
     flags = os.environ.get("XLA_FLAGS", "")
     if _FLAG in flags:
         return False
-    n = n or len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if n is None:
+        n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     if not n or n <= 1:
         return False
     os.environ["XLA_FLAGS"] = f"{flags} {_FLAG}={n}".strip()
