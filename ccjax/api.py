@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ccjax.cc.base import Controller
 from ccjax.cc.mix import Mix, MixParams
 from ccjax.cc.registry import get_controller
 from ccjax.errors import ConfigError, require
@@ -71,7 +73,6 @@ def simulate(
 
     cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model)
     batch = build_links(links, cfg, horizon)
-    B = len(links)
     member_params = []
     for c in members:
         p = c.default_params(n_flows)
@@ -84,10 +85,44 @@ def simulate(
         controller = Mix(tuple(members))
         params = MixParams(index=jnp.asarray([distinct.index(n) for n in names], jnp.int32),
                            members=tuple(member_params))
+    return _run_planned(cfg, batch, controller, params, duration_s, seed, series_interval_s)
+
+
+def _run_planned(cfg, batch, controller: Controller, params: Any, duration_s: float, seed: int,
+                 series_interval_s: float) -> RunResult:
+    B = int(jax.tree.leaves(batch)[0].shape[0])
     params = jax.tree.map(lambda x: jnp.broadcast_to(x, (B,) + jnp.shape(x)), params)
     keys = jax.random.split(jax.random.PRNGKey(seed), B)
     timeline = make_timeline(duration_s, series_interval_s, cfg.tick_s)
     return run(cfg, controller, batch, params, keys, timeline)
+
+
+def run_controller(
+    links: Sequence[LinkSpec],
+    controller: Controller,
+    params: Any = None,
+    *,
+    duration_s: float = 20.0,
+    model: str = "packet",
+    seed: int = 0,
+    series_interval_s: float = 0.1,
+    tick_s: float = 1e-3,
+) -> RunResult:
+    """Run a controller object (not a registered name) on every flow of ``links``.
+
+    ``params`` are the controller's dynamic parameters for one link (flow axis ``F`` = the
+    largest flow count); ``None`` takes ``controller.default_params(F)``. This is the entry point
+    for controllers under development, tests, and parameter studies."""
+    require(model in MODELS, "model", model, f"one of {', '.join(MODELS)}")
+    require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s, "> 0 s")
+    if not links:
+        raise ConfigError("links=[] is invalid: at least one link is needed")
+    n_flows = max(s.n_flows for s in links)
+    cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model)
+    batch = build_links(links, cfg, horizon)
+    if params is None:
+        params = controller.default_params(n_flows)
+    return _run_planned(cfg, batch, controller, params, duration_s, seed, series_interval_s)
 
 
 def link_from_flags(

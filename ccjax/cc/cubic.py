@@ -1,0 +1,182 @@
+"""CUBIC (RFC 9438), at the granularity of one monitor interval per smoothed RTT.
+
+After a congestion event CUBIC grows its window as a cubic function of the time since the event
+(RFC 9438 §4.2, Figure 1), in packets and seconds:
+
+    W_cubic(t) = C (t - K)^3 + W_max,   K = cbrt((W_max - cwnd_epoch) / C)   (Figure 2)
+
+concave up to the window where the last loss happened (W_max, reached after K seconds), a
+plateau there, then convex probing beyond it. Because t is wall-clock time, not RTTs, the growth
+does not depend on the RTT; so that CUBIC is never slower than Reno where Reno does well (short
+RTTs, small BDPs), it also tracks the window ``W_est`` an AIMD(alpha_cubic, beta_cubic) flow
+would have (§4.3, "Reno-friendly region") and uses it whenever it is the larger.
+
+The per-ACK rules are applied to the MI's sums, as in ``newreno``:
+
+* §4.2: at an MI end the target is ``W_cubic(t + RTT)`` (where the window should be one RTT
+  later), bounded to ``[cwnd, 1.5 cwnd]``; §4.4/§4.5 add ``(target - cwnd)/cwnd`` per acked
+  segment, which over an MI whose ACKs cover the window (``acked >= cwnd``) reaches the target;
+  the increase is scaled down when fewer ACKs came back.
+* §4.3: ``W_est += alpha * segments_acked / cwnd`` with ``alpha = 3 (1 - beta) / (1 + beta)``,
+  and ``alpha = 1`` once ``W_est >= cwnd_prior`` (the window before the last reduction);
+  ``cwnd = max(cubic update, W_est)`` (the RFC sets cwnd to W_est when W_cubic(t) < W_est; taking
+  the larger of the two, as Linux does, also keeps the window non-decreasing at the boundary).
+* §4.6: on a loss episode ``ssthresh = max(FlightSize * beta, 2 MSS)``, ``cwnd = ssthresh``,
+  ``cwnd_prior`` = the window before; §4.7 fast convergence lowers ``W_max`` to
+  ``cwnd (1 + beta) / 2`` if the window did not get back to the previous ``W_max``.
+* t is measured from the reduction ("since the last reduction"); during the following RTT the
+  window holds at ``cwnd_epoch`` while the losses of packets sent before the reduction come in
+  (the same episode: NewReno's recovery, shared from ``newreno``), then follows W_cubic.
+* §4.8 timeout: as NewReno (1 MSS, slow start; ssthresh uses beta_cubic); the following CA stage
+  starts with ``K = 0`` and ``W_max = W_est = cwnd`` at its beginning. §4.10: slow start as
+  RFC 5681 (this is also how CA starts after the initial slow start ends in a loss).
+
+Windows are kept in bytes (what the simulator enforces) and converted to packets (MSS = one
+1500-byte packet) where the RFC's constants need them: C = 0.4 is in packets/s^3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import jax.numpy as jnp
+from flax import struct
+
+from ccjax.cc.base import Decision
+from ccjax.cc.newreno import MAX_CWND, MSS, SSTHRESH_INIT, Episodes, slow_start, track_episodes
+
+if TYPE_CHECKING:
+    from ccjax.sim.stats import MIStats
+
+
+class CubicParams(struct.PyTreeNode):
+    c: jnp.ndarray  # (F,) C, packets / s^3 (RFC 9438 §5: 0.4)
+    beta: jnp.ndarray  # (F,) beta_cubic, multiplicative decrease (§4.6: 0.7)
+    fast_convergence: jnp.ndarray  # (F,) bool (§4.7: SHOULD, disabled for a lone flow)
+    reno_friendly: jnp.ndarray  # (F,) bool: use the Reno-friendly region (§4.3)
+    init_cwnd_pkts: jnp.ndarray  # (F,) initial window, packets (RFC 6928: 10)
+    mi_rtts: jnp.ndarray  # (F,) MI length in smoothed RTTs
+    min_rto_s: jnp.ndarray  # (F,) RFC 6298 §2.4: 1 s
+    max_rto_s: jnp.ndarray  # (F,) RFC 6298 §2.5: 60 s
+
+
+class CubicState(struct.PyTreeNode):
+    cwnd: jnp.ndarray  # (F,) bytes
+    ssthresh: jnp.ndarray  # (F,) bytes
+    w_max: jnp.ndarray  # (F,) packets: window before the last reduction (after §4.7); 0: unset
+    k: jnp.ndarray  # (F,) s: time W_cubic takes to get back to W_max (Figure 2)
+    epoch_start: jnp.ndarray  # (F,) s on the episode clock: t = now - epoch_start
+    in_epoch: jnp.ndarray  # (F,) bool: a congestion-avoidance stage has started
+    w_est: jnp.ndarray  # (F,) packets: Reno-friendly estimate (§4.3)
+    cwnd_prior: jnp.ndarray  # (F,) packets: cwnd before the last reduction (§4.6)
+    ep: Episodes
+
+
+def w_cubic(t: jnp.ndarray, k: jnp.ndarray, w_max: jnp.ndarray, c: jnp.ndarray) -> jnp.ndarray:
+    """RFC 9438 §4.2 Figure 1, packets."""
+    return c * (t - k) ** 3 + w_max
+
+
+def cubic_k(w_max: jnp.ndarray, cwnd_epoch: jnp.ndarray, c: jnp.ndarray) -> jnp.ndarray:
+    """RFC 9438 §4.2 Figure 2; 0 when the epoch starts at or above W_max."""
+    return jnp.cbrt(jnp.maximum(w_max - cwnd_epoch, 0.0) / c)
+
+
+@dataclass(frozen=True)
+class Cubic:
+    name: str = "cubic"
+
+    def default_params(self, n_flows: int) -> CubicParams:
+        full = lambda v, dt=jnp.float32: jnp.full(n_flows, v, dt)  # noqa: E731
+        return CubicParams(c=full(0.4), beta=full(0.7), fast_convergence=full(True, bool),
+                           reno_friendly=full(True, bool), init_cwnd_pkts=full(10.0),
+                           mi_rtts=full(1.0), min_rto_s=full(1.0), max_rto_s=full(60.0))
+
+    def _decide(self, cwnd: jnp.ndarray, srtt: jnp.ndarray, params: CubicParams) -> Decision:
+        # Window-based: pace at cwnd/srtt (rate 0), at most cwnd in flight; one MI per RTT.
+        return Decision(rate=jnp.zeros_like(cwnd), cwnd=cwnd, mi_s=params.mi_rtts * srtt)
+
+    def init(self, params: CubicParams, base_rtt_s: jnp.ndarray):
+        rtt = jnp.broadcast_to(jnp.asarray(base_rtt_s, jnp.float32), params.init_cwnd_pkts.shape)
+        cwnd = params.init_cwnd_pkts * MSS  # RFC 6928 §2
+        z = jnp.zeros_like(cwnd)
+        state = CubicState(cwnd=cwnd, ssthresh=jnp.full_like(cwnd, SSTHRESH_INIT), w_max=z, k=z,
+                           epoch_start=z, in_epoch=jnp.zeros(cwnd.shape, bool), w_est=z,
+                           cwnd_prior=z, ep=Episodes.start(rtt))
+        return state, self._decide(cwnd, rtt, params)
+
+    def on_interval(self, state: CubicState, stats: MIStats, params: CubicParams):
+        p = params
+        ep, ev = track_episodes(state.ep, stats, p.min_rto_s, p.max_rto_s)
+        now = ev.now
+        cwnd = jnp.maximum(state.cwnd, MSS)
+        # Only ACKs of data sent after the last reduction grow the window (the losses and ACKs
+        # of the episode's own packets come in during the RTT after it: RFC 6582 recovery).
+        acked = ev.acked_new
+        grow = ~(ev.loss | ev.timeout)
+
+        # --- Slow start (§4.10 -> RFC 5681), while cwnd < ssthresh.
+        in_ss = cwnd < state.ssthresh
+        ss_cwnd, _ = slow_start(cwnd, state.ssthresh, acked)
+
+        # --- Congestion avoidance. A stage that starts without a reduction (slow start reached
+        # ssthresh, only possible after a timeout here) has K = 0 and W_max = W_est = cwnd at its
+        # beginning (§4.8, §4.10); W_max was reset to 0 at the timeout so max() picks cwnd.
+        w = cwnd / MSS  # packets
+        fresh = ~state.in_epoch
+        w_max = jnp.where(fresh, jnp.maximum(state.w_max, w), state.w_max)
+        k = jnp.where(fresh, cubic_k(state.w_max, w, p.c), state.k)
+        epoch_start = jnp.where(fresh, now, state.epoch_start)
+        w_est = jnp.where(fresh, w, state.w_est)
+
+        t = now - epoch_start
+        # §4.2: the target one RTT ahead, bounded so that growth is non-decreasing and slower
+        # than slow start.
+        target = jnp.clip(w_cubic(t + stats.srtt, k, w_max, p.c), w, 1.5 * w)
+        acked_pkts = acked / MSS
+        # §4.4/§4.5: (target - cwnd)/cwnd per acked segment, i.e. the target once a window of
+        # ACKs has come back (never beyond it).
+        w_ca = w + (target - w) * jnp.minimum(acked_pkts / w, 1.0)
+        # §4.3: Reno-friendly estimate, alpha -> 1 once it is back at the window before the loss.
+        alpha_cubic = 3.0 * (1.0 - p.beta) / (1.0 + p.beta)
+        alpha = jnp.where(w_est >= state.cwnd_prior, 1.0, alpha_cubic)
+        w_est = w_est + alpha * acked_pkts / w
+        w_ca = jnp.where(p.reno_friendly, jnp.maximum(w_ca, w_est), w_ca)
+
+        cwnd_new = jnp.where(grow, jnp.where(in_ss, ss_cwnd, w_ca * MSS), cwnd)
+        # CA state advances only in a CA MI that is not in recovery.
+        ca = grow & ~in_ss
+        in_epoch = state.in_epoch | ca
+        w_max = jnp.where(ca, w_max, state.w_max)
+        k = jnp.where(ca, k, state.k)
+        epoch_start = jnp.where(ca, epoch_start, state.epoch_start)
+        w_est = jnp.where(ca, w_est, state.w_est)
+        cwnd_prior = state.cwnd_prior
+
+        # --- Loss episode: §4.7 fast convergence, then §4.6 multiplicative decrease; the new
+        # CA stage starts now, with cwnd_epoch = the reduced window.
+        w_max_loss = jnp.where(p.fast_convergence & (w < state.w_max), w * (1.0 + p.beta) / 2.0,
+                               w)
+        ssthresh_red = jnp.maximum(ev.flight * p.beta, 2.0 * MSS)
+        w_epoch = ssthresh_red / MSS
+        w_max = jnp.where(ev.loss, w_max_loss, w_max)
+        k = jnp.where(ev.loss, cubic_k(w_max_loss, w_epoch, p.c), k)
+        epoch_start = jnp.where(ev.loss, now, epoch_start)
+        in_epoch = jnp.where(ev.loss, True, in_epoch)
+        w_est = jnp.where(ev.loss, w_epoch, w_est)
+        cwnd_prior = jnp.where(ev.loss | ev.timeout, w, cwnd_prior)
+        cwnd_new = jnp.where(ev.loss, ssthresh_red, cwnd_new)
+
+        # --- Timeout (§4.8): one packet, slow start to ssthresh = beta * FlightSize, and a fresh
+        # CA stage (K = 0, W_max = cwnd) when slow start ends.
+        cwnd_new = jnp.where(ev.timeout, MSS, cwnd_new)
+        w_max = jnp.where(ev.timeout, 0.0, w_max)
+        in_epoch = jnp.where(ev.timeout, False, in_epoch)
+
+        ssthresh = jnp.where(ev.loss | ev.timeout, ssthresh_red, state.ssthresh)
+        cwnd_new = jnp.clip(cwnd_new, MSS, MAX_CWND)
+        new = CubicState(cwnd=cwnd_new, ssthresh=ssthresh, w_max=w_max, k=k,
+                         epoch_start=epoch_start, in_epoch=in_epoch, w_est=w_est,
+                         cwnd_prior=cwnd_prior, ep=ep)
+        return new, self._decide(cwnd_new, stats.srtt, p)

@@ -1,0 +1,226 @@
+"""TCP NewReno (RFC 5681 + RFC 6582), at the granularity of one monitor interval per smoothed RTT.
+
+A real sender updates its window on every ACK; here the controller hears from the simulator once
+per MI (one smoothed RTT by default), so each per-ACK rule of the RFCs is applied to the MI's sums:
+
+* slow start (RFC 5681 §3.1, eq. 2): ``cwnd += acked`` while ``cwnd < ssthresh``, i.e. the window
+  doubles every RTT;
+* congestion avoidance (RFC 5681 §3.1, eq. 3, ``cwnd += SMSS*SMSS/cwnd`` per ACK):
+  ``cwnd += MSS * acked / cwnd``, i.e. one packet per RTT;
+* a loss episode (RFC 5681 §3.2 step 2, eq. 4; RFC 6582 §3.2): ``ssthresh = max(FlightSize/2,
+  2 MSS)``, ``cwnd = ssthresh`` (the window fast recovery leaves behind; the temporary inflation
+  of §3.2 steps 3-4 only matters per ACK), no growth until the episode's recovery is over;
+* a retransmission timeout (RFC 6298, RFC 5681 §3.1 "loss window"): ``cwnd = 1 MSS``, slow start.
+
+Loss episodes (RFC 6582's ``recover``). Losses reach the sender one RTT after the drop, so the
+losses reported in the RTT after a reduction are of packets sent *before* it: the same
+congestion event, which must not reduce the window again. RFC 6582 tells them apart by sequence
+number (``recover`` = the highest sequence sent at the reduction). The simulator reports ACKs
+and losses in sending order (one FIFO bottleneck, a fixed base RTT per flow), so the bytes in
+flight at a reduction (``stats.inflight``) are exactly the first bytes reported after it; the
+controller counts them down (``old_bytes``) and starts a new episode only when an MI reports
+more lost bytes than old bytes left, i.e. when a packet sent after the reduction was certainly
+lost. A first version tracked this by time (losses reported within one srtt of the reduction are
+old); with MIs of one RTT the MI boundary falls a tick or two before the last old packet's report
+(its RTT includes the full queue of the reduction moment, srtt lags behind it and MIs are whole
+ticks), and 1-2 old losses per sawtooth then triggered a second halving; counting bytes has no
+such edge. The same count gates growth: only ACKs beyond the old bytes grow the window, which
+is RFC 6582's "no increase during recovery" at MI granularity.
+
+Retransmission timeout. RFC 6298 §2: ``RTO = SRTT + max(G, 4 RTTVAR)``, at least 1 s (§2.4), at
+most 60 s (§2.5), doubled on each back-to-back timeout (§5.5). The simulator keeps SRTT; RTTVAR
+is kept here from one sample per MI, i.e. per RTT, which is the sampling rate RFC 6298 §3 was
+designed for. The timer (§5.1, §5.2) runs while data is in flight and restarts whenever feedback
+arrives; its expiry is checked at MI ends, so it fires up to one MI late. With the 1 s floor it
+only fires when the path stops delivering for a second (e.g. an outage in a trace): in the
+simulator nothing is ever lost silently, every sent byte is eventually acked or reported lost.
+A timeout is a loss episode of its own (RFC 6582 §4: later duplicate ACKs for data sent before
+it do not start fast recovery).
+
+The shared pieces (``Episodes`` and ``track_episodes``) are used by CUBIC as well, which follows
+the same loss recovery and timeout rules (RFC 9438 §4.6, §4.8).
+
+Times are float32 seconds since the flow's first MI: sub-millisecond precision for runs of up to
+about two hours, plenty for RTT-scale decisions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
+
+import jax.numpy as jnp
+from flax import struct
+
+from ccjax.cc.base import Decision
+from ccjax.units import PACKET_BYTES
+
+if TYPE_CHECKING:
+    from ccjax.sim.stats import MIStats
+
+#: Sender maximum segment size. The simulator counts wire bytes of 1500-byte packets, and so do
+#: windows here: one packet is one MSS.
+MSS = float(PACKET_BYTES)
+#: "arbitrarily high" initial ssthresh (RFC 5681 §3.1), finite so that no arithmetic meets inf.
+SSTHRESH_INIT = 1e30
+#: windows never exceed this (bytes): keeps float32 state finite whatever the input.
+MAX_CWND = 1e12
+#: RFC 6298 §5.5 doubles the RTO per back-to-back timeout; the cap (RFC 6298 §2.5's 60 s
+#: maximum applies to the result as well) keeps the factor finite.
+MAX_BACKOFF = 64.0
+
+
+# ------------------------------------------------------------------------------------------------
+# Loss episodes and the retransmission timer (shared with CUBIC)
+
+
+class Episodes(struct.PyTreeNode):
+    """The sender's own clock, loss-episode bookkeeping and the RTO timer, per flow."""
+
+    clock: jnp.ndarray  # (F,) s: sum of the durations of all MIs so far
+    old_bytes: jnp.ndarray  # (F,) bytes outstanding at the last reduction not yet acked/lost
+    progress_at: jnp.ndarray  # (F,) s: when the RTO timer (re)started
+    rttvar: jnp.ndarray  # (F,) s: RFC 6298 RTTVAR
+    backoff: jnp.ndarray  # (F,) RTO multiplier, 2^(back-to-back timeouts) (RFC 6298 §5.5)
+
+    @classmethod
+    def start(cls, base_rtt_s: jnp.ndarray) -> Episodes:
+        z = jnp.zeros_like(base_rtt_s, jnp.float32)
+        # RFC 6298 §2.2: after the first RTT sample R, RTTVAR <- R/2 (the handshake's sample is
+        # the base RTT, as the simulator's SRTT starts there too).
+        return cls(clock=z, old_bytes=z, progress_at=z, rttvar=0.5 * base_rtt_s + z,
+                   backoff=jnp.ones_like(z))
+
+
+class EpisodeEvents(NamedTuple):
+    loss: jnp.ndarray  # (F,) bool: a new loss episode starts: reduce the window
+    timeout: jnp.ndarray  # (F,) bool: the retransmission timer expired
+    acked_new: jnp.ndarray  # (F,) bytes acked this MI that were sent after the last reduction
+    flight: jnp.ndarray  # (F,) bytes in flight at the MI end (RFC 5681 FlightSize)
+    now: jnp.ndarray  # (F,) s: the clock at the end of this MI
+
+
+def rto_s(rttvar: jnp.ndarray, backoff: jnp.ndarray, srtt: jnp.ndarray, tick_s: float,
+          min_rto_s: jnp.ndarray, max_rto_s: jnp.ndarray) -> jnp.ndarray:
+    """RFC 6298 §2.3-2.5 and §5.5: ``clip(SRTT + max(G, 4 RTTVAR), 1 s, 60 s) * backoff``,
+    capped again at the maximum; the clock granularity G is the simulator's tick."""
+    rto = jnp.clip(srtt + jnp.maximum(tick_s, 4.0 * rttvar), min_rto_s, max_rto_s)
+    return jnp.minimum(rto * backoff, max_rto_s)
+
+
+def track_episodes(ep: Episodes, stats: MIStats, min_rto_s: jnp.ndarray,
+                   max_rto_s: jnp.ndarray) -> tuple[Episodes, EpisodeEvents]:
+    """Advance the clock by one MI and classify it: new loss episode, timeout, or neither.
+
+    Branch-free and safe for any input (the simulator evaluates it at every tick and keeps the
+    result only where an MI ended): no division, nothing that can become NaN or inf.
+    """
+    now = ep.clock + jnp.maximum(stats.duration_s, 0.0)
+    flight = jnp.maximum(stats.inflight, 0.0)
+    acked = jnp.maximum(stats.acked_bytes, 0.0)
+    lost = jnp.maximum(stats.lost_bytes, 0.0)
+    reported = acked + lost
+
+    # RFC 6298 §2.3: RTTVAR <- 3/4 RTTVAR + 1/4 |SRTT - R'|, one sample R' per MI (per RTT, §3).
+    has_rtt = stats.rtt_samples > 0
+    rttvar = jnp.where(has_rtt, 0.75 * ep.rttvar + 0.25 * jnp.abs(stats.srtt - stats.rtt_mean),
+                       ep.rttvar)
+    rto = rto_s(rttvar, ep.backoff, stats.srtt, stats.tick_s, min_rto_s, max_rto_s)
+
+    # Timeout: data outstanding and no ACK nor loss report for longer than the RTO (RFC 6298 §5).
+    timeout = (reported <= 0) & (flight > 0) & (now - ep.progress_at >= rto)
+    # RFC 6582's "recover": the first ``old_bytes`` reported after a reduction are the packets
+    # that were in flight at it. Reports arrive in sending order, so the MI's losses include a
+    # packet sent after the reduction for certain only if there are more of them than old
+    # bytes left to report (if not, it may be the tail of the same episode; should congestion
+    # persist, the next MI's losses are all new).
+    loss = (lost > ep.old_bytes) & ~timeout
+    old_here = jnp.minimum(ep.old_bytes, reported)
+    # ACKs beyond the old bytes acknowledge data sent after the reduction: only those grow the
+    # window (RFC 6582 §3.2: during recovery the window is not increased).
+    acked_new = jnp.minimum(acked, reported - old_here)
+    reduce = loss | timeout
+
+    ep = Episodes(
+        clock=now,
+        # Everything in flight at a reduction belongs to the episode just handled.
+        old_bytes=jnp.where(reduce, flight, ep.old_bytes - old_here),
+        # RFC 6298 §5.3: restart the timer when an ACK arrives; §5.2: stop it when nothing is
+        # outstanding (so a flow idle before its start time does not time out when it starts);
+        # §5.6: restart it after a timeout.
+        progress_at=jnp.where((reported > 0) | (flight <= 0) | timeout, now, ep.progress_at),
+        rttvar=rttvar,
+        # RFC 6298 §5.5 doubles the RTO per timeout; an ACK of new data ends the backoff (§5.7).
+        backoff=jnp.where(timeout, jnp.minimum(2.0 * ep.backoff, MAX_BACKOFF),
+                          jnp.where(acked > 0, 1.0, ep.backoff)),
+    )
+    return ep, EpisodeEvents(loss=loss, timeout=timeout, acked_new=acked_new, flight=flight,
+                             now=now)
+
+
+def slow_start(cwnd: jnp.ndarray, ssthresh: jnp.ndarray, acked: jnp.ndarray):
+    """RFC 5681 §3.1 eq. 2 over one MI: grow by the acked bytes, not past ssthresh.
+
+    Returns ``(cwnd, acked bytes left over for congestion avoidance)``."""
+    inc = jnp.minimum(acked, jnp.maximum(ssthresh - cwnd, 0.0))
+    return cwnd + inc, acked - inc
+
+
+# ------------------------------------------------------------------------------------------------
+# NewReno
+
+
+class NewRenoParams(struct.PyTreeNode):
+    init_cwnd_pkts: jnp.ndarray  # (F,) initial window, packets (RFC 6928: 10)
+    mi_rtts: jnp.ndarray  # (F,) MI length in smoothed RTTs
+    min_rto_s: jnp.ndarray  # (F,) RFC 6298 §2.4: 1 s
+    max_rto_s: jnp.ndarray  # (F,) RFC 6298 §2.5: 60 s
+
+
+class NewRenoState(struct.PyTreeNode):
+    cwnd: jnp.ndarray  # (F,) bytes
+    ssthresh: jnp.ndarray  # (F,) bytes
+    ep: Episodes
+
+
+@dataclass(frozen=True)
+class NewReno:
+    name: str = "newreno"
+
+    def default_params(self, n_flows: int) -> NewRenoParams:
+        full = lambda v: jnp.full(n_flows, v, jnp.float32)  # noqa: E731
+        return NewRenoParams(init_cwnd_pkts=full(10.0), mi_rtts=full(1.0), min_rto_s=full(1.0),
+                             max_rto_s=full(60.0))
+
+    def _decide(self, cwnd: jnp.ndarray, srtt: jnp.ndarray, params: NewRenoParams) -> Decision:
+        # Window-based: pace at cwnd/srtt (rate 0), at most cwnd in flight; one MI per RTT.
+        return Decision(rate=jnp.zeros_like(cwnd), cwnd=cwnd, mi_s=params.mi_rtts * srtt)
+
+    def init(self, params: NewRenoParams, base_rtt_s: jnp.ndarray):
+        rtt = jnp.broadcast_to(jnp.asarray(base_rtt_s, jnp.float32), params.init_cwnd_pkts.shape)
+        cwnd = params.init_cwnd_pkts * MSS  # RFC 6928 §2
+        state = NewRenoState(cwnd=cwnd, ssthresh=jnp.full_like(cwnd, SSTHRESH_INIT),
+                             ep=Episodes.start(rtt))
+        return state, self._decide(cwnd, rtt, params)
+
+    def on_interval(self, state: NewRenoState, stats: MIStats, params: NewRenoParams):
+        ep, ev = track_episodes(state.ep, stats, params.min_rto_s, params.max_rto_s)
+        cwnd = jnp.maximum(state.cwnd, MSS)  # never below one packet (the simulator's floor)
+
+        # Growth: slow start up to ssthresh, the rest of the MI's ACKs in congestion avoidance
+        # (RFC 5681 eq. 3 summed over the MI: +1 MSS per window of ACKs). Only ACKs of data sent
+        # after the last reduction count (RFC 6582: no increase during recovery).
+        grown, rest = slow_start(cwnd, state.ssthresh, ev.acked_new)
+        cwnd_new = grown + MSS * rest / grown
+
+        # RFC 5681 eq. 4 for both loss and timeout; the window drops to ssthresh after a loss
+        # (RFC 6582 §3.2 step 3) and to the loss window of one packet after a timeout (§3.1).
+        ssthresh_red = jnp.maximum(0.5 * ev.flight, 2.0 * MSS)
+        # (A reduction never raises the window: after a timeout the flight can exceed cwnd.)
+        cwnd_new = jnp.where(ev.loss, jnp.minimum(ssthresh_red, cwnd),
+                             jnp.where(ev.timeout, MSS, cwnd_new))
+        ssthresh = jnp.where(ev.loss | ev.timeout, ssthresh_red, state.ssthresh)
+        cwnd_new = jnp.clip(cwnd_new, MSS, MAX_CWND)
+
+        new = NewRenoState(cwnd=cwnd_new, ssthresh=ssthresh, ep=ep)
+        return new, self._decide(cwnd_new, stats.srtt, params)

@@ -1,0 +1,175 @@
+"""NewReno and CUBIC: their textbook behaviour, rule by rule and on a link.
+
+The rule tests feed hand-made monitor intervals (``MIStats``) to ``on_interval``; the link tests
+run the packet and fluid models on a clean dumbbell.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ccjax.api import link_from_flags, run_controller
+from ccjax.cc.cubic import Cubic
+from ccjax.cc.newreno import MSS, NewReno
+from ccjax.sim.stats import MIStats
+
+RTT = 0.04
+
+
+def mi(acked_pkts: float, lost_pkts: float = 0.0, inflight_pkts: float = 0.0,
+       dur: float = RTT, rtt: float = RTT) -> MIStats:
+    """One flow's monitor interval of ``dur`` seconds with the given feedback."""
+    s = MIStats.initial(1, 8, jnp.full(1, rtt, jnp.float32), 1e-3)
+    f = lambda v: jnp.full(1, v, jnp.float32)  # noqa: E731
+    return s.replace(duration_s=f(dur), acked_bytes=f(acked_pkts * MSS),
+                     lost_bytes=f(lost_pkts * MSS), rtt_samples=f(acked_pkts * MSS),
+                     inflight=f(inflight_pkts * MSS), sent_bytes=f(acked_pkts * MSS))
+
+
+def pkts(x) -> float:
+    return float(np.asarray(x)[0]) / MSS
+
+
+# ------------------------------------------------------------------------------------------------
+# NewReno (RFC 5681, RFC 6582)
+
+
+def test_newreno_slow_start_doubles_per_rtt():
+    c = NewReno()
+    p = c.default_params(1)
+    s, d = c.init(p, jnp.full(1, RTT))
+    assert pkts(d.cwnd) == pytest.approx(10.0)
+    for expect in (20.0, 40.0, 80.0):
+        s, d = c.on_interval(s, mi(acked_pkts=pkts(s.cwnd), inflight_pkts=pkts(s.cwnd)), p)
+        assert pkts(d.cwnd) == pytest.approx(expect)
+    assert float(d.rate[0]) == 0.0  # window-based: paced at cwnd/srtt
+
+
+def test_newreno_halves_once_per_loss_episode_and_grows_one_packet_per_rtt():
+    c = NewReno()
+    p = c.default_params(1)
+    s, _ = c.init(p, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 40 * MSS))
+    # A loss episode: 3 packets lost with 40 in flight -> ssthresh = cwnd = 20 packets.
+    s, d = c.on_interval(s, mi(acked_pkts=37, lost_pkts=3, inflight_pkts=40), p)
+    assert pkts(d.cwnd) == pytest.approx(20.0)
+    assert pkts(s.ssthresh) == pytest.approx(20.0)
+    # The next RTT reports the rest of the same episode (packets sent before the reduction,
+    # some of them lost as well): no second reduction, no growth.
+    s, d = c.on_interval(s, mi(acked_pkts=35, lost_pkts=5, inflight_pkts=20), p)
+    assert pkts(d.cwnd) == pytest.approx(20.0)
+    # Congestion avoidance: a window of ACKs per RTT grows the window by one packet.
+    for k in range(1, 6):
+        w = pkts(s.cwnd)
+        s, d = c.on_interval(s, mi(acked_pkts=w, inflight_pkts=w), p)
+        assert pkts(d.cwnd) == pytest.approx(20.0 + k, rel=2e-3)
+    # A new loss (of a packet sent after the reduction) halves again.
+    w = pkts(s.cwnd)
+    s, d = c.on_interval(s, mi(acked_pkts=w - 1, lost_pkts=1, inflight_pkts=w), p)
+    assert pkts(d.cwnd) == pytest.approx(w / 2, rel=1e-3)
+
+
+def test_newreno_timeout_resets_to_one_packet():
+    c = NewReno()
+    p = c.default_params(1)
+    s, _ = c.init(p, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 40 * MSS))
+    # Nothing comes back for more than the 1 s minimum RTO while 40 packets are out.
+    for _ in range(30):
+        s, d = c.on_interval(s, mi(acked_pkts=0, inflight_pkts=40), p)
+    assert pkts(d.cwnd) == pytest.approx(1.0)
+    assert pkts(s.ssthresh) == pytest.approx(20.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# CUBIC (RFC 9438)
+
+
+def test_cubic_window_follows_the_cubic_after_a_loss():
+    c = Cubic()
+    p = c.default_params(1).replace(reno_friendly=jnp.zeros(1, bool))
+    s, _ = c.init(p, jnp.full(1, RTT))
+    w0 = 100.0
+    s = s.replace(cwnd=jnp.full(1, w0 * MSS), ssthresh=jnp.full(1, 50 * MSS))
+    s, d = c.on_interval(s, mi(acked_pkts=99, lost_pkts=1, inflight_pkts=w0), p)
+    # §4.6: multiplicative decrease by beta = 0.7; W_max = the window before (no fast
+    # convergence on the first loss), K = cbrt(W_max (1 - beta) / C).
+    assert pkts(d.cwnd) == pytest.approx(70.0, rel=1e-4)
+    k = np.cbrt(w0 * 0.3 / 0.4)
+    assert float(s.k[0]) == pytest.approx(k, rel=1e-4)
+    # The recovery RTT: the rest of the episode's packets come back; the window holds.
+    s, d = c.on_interval(s, mi(acked_pkts=w0 - 1, inflight_pkts=70), p)
+    assert pkts(d.cwnd) == pytest.approx(70.0, rel=1e-4)
+    t = RTT  # time since the reduction
+    for _ in range(120):
+        w = pkts(s.cwnd)
+        s, d = c.on_interval(s, mi(acked_pkts=w, inflight_pkts=w), p)
+        t += RTT
+        # §4.2: after an MI whose ACKs cover the window, cwnd = W_cubic(t + RTT), clipped to
+        # [cwnd, 1.5 cwnd] (Figure 1; t counts from the reduction).
+        target = 0.4 * (t + RTT - k) ** 3 + w0
+        assert pkts(d.cwnd) == pytest.approx(np.clip(target, w, 1.5 * w), rel=2e-3)
+    assert pkts(d.cwnd) > w0  # convex region beyond W_max
+
+
+def test_cubic_fast_convergence_lowers_w_max():
+    c = Cubic()
+    p = c.default_params(1)
+    s, _ = c.init(p, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 60 * MSS), w_max=jnp.full(1, 100.0),
+                  ssthresh=jnp.full(1, 50 * MSS), in_epoch=jnp.ones(1, bool))
+    s, _ = c.on_interval(s, mi(acked_pkts=59, lost_pkts=1, inflight_pkts=60), p)
+    assert float(s.w_max[0]) == pytest.approx(60 * 1.7 / 2, rel=1e-4)  # §4.7
+
+
+def test_cubic_reno_friendly_region_at_short_rtt():
+    """§4.3: at a small BDP the Reno-friendly estimate dominates the (slow) cubic growth."""
+    c = Cubic()
+    rtt = 0.002
+    p = c.default_params(1)
+    s, _ = c.init(p, jnp.full(1, rtt))
+    s = s.replace(cwnd=jnp.full(1, 20 * MSS), ssthresh=jnp.full(1, 10 * MSS))
+    s, _ = c.on_interval(s, mi(acked_pkts=19, lost_pkts=1, inflight_pkts=20, dur=rtt, rtt=rtt), p)
+    s, _ = c.on_interval(s, mi(acked_pkts=20, inflight_pkts=14, dur=rtt, rtt=rtt), p)
+    w_start = pkts(s.cwnd)
+    for _ in range(50):
+        w = pkts(s.cwnd)
+        s, _ = c.on_interval(s, mi(acked_pkts=w, inflight_pkts=w, dur=rtt, rtt=rtt), p)
+    # The estimate alone: +alpha_cubic = 3 (1 - 0.7) / 1.7 ~ 0.53 packets per RTT until it is back
+    # at the window before the loss (20), then +1 per RTT; the cubic term alone would add under
+    # 1e-3 packets in 0.1 s (K = cbrt(20 * 0.3 / 0.4) ~ 2.5 s).
+    w_est = 14.0
+    for _ in range(50):
+        w_est += 1.0 if w_est >= 20.0 else 3 * 0.3 / 1.7
+    assert pkts(s.cwnd) - w_start == pytest.approx(w_est - 14.0, rel=0.05)
+
+
+# ------------------------------------------------------------------------------------------------
+# On a link
+
+
+@pytest.mark.parametrize("model", ["packet", "fluid"])
+@pytest.mark.parametrize("ctl", [NewReno(), Cubic()], ids=lambda c: c.name)
+def test_fills_a_clean_link_and_shares_it(ctl, model):
+    one = link_from_flags(flows=1, bw_mbps=10.0, rtt_ms=[40.0])  # 1-BDP buffer
+    two = link_from_flags(flows=2, bw_mbps=10.0, rtt_ms=[40.0])
+    res = run_controller([one, two], ctl, duration_s=30.0, model=model)
+    for i in range(2):
+        s = res.summary(i)
+        assert s["link"]["utilization"] > 0.9, (i, s["link"])
+        # The queue never exceeds the buffer: at most one BDP of delay.
+        assert 0 < s["link"]["mean_queue_delay_ms"] < 40.0
+        for f in s["flows"]:
+            assert all(np.isfinite(f["throughput_series_mbps"]))
+    thr = [f["throughput_mbps"] for f in res.summary(1)["flows"][:2]]
+    assert sum(thr) ** 2 / (2 * sum(x * x for x in thr)) > 0.95  # Jain's index
+
+
+def test_cubic_rtt_unfairness_direction():
+    """A 20 ms Cubic flow gets more than an 80 ms one on a shared bottleneck."""
+    spec = link_from_flags(flows=2, bw_mbps=10.0, rtt_ms=[20.0, 80.0], buffer_pkts=67)
+    s = run_controller([spec], Cubic(), duration_s=40.0, model="packet").summary(0)
+    short, long = (f["throughput_mbps"] for f in s["flows"][:2])
+    assert short > 1.2 * long
