@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from ccjax.cc.base import Controller
 from ccjax.cc.const import Const
+from ccjax.cc.cubic import Cubic
+from ccjax.cc.newreno import NewReno
 from ccjax.errors import ConfigError
 
-CONTROLLERS: dict[str, Controller] = {"const": Const()}
+CONTROLLERS: dict[str, Controller] = {
+    c.name: c for c in (Const(), NewReno(), Cubic())
+}
 
 
 def get_controller(name: str) -> Controller:
