@@ -173,3 +173,34 @@ def test_cubic_rtt_unfairness_direction():
     s = run_controller([spec], Cubic(), duration_s=40.0, model="packet").summary(0)
     short, long = (f["throughput_mbps"] for f in s["flows"][:2])
     assert short > 1.2 * long
+
+
+def test_cubic_hystart_delay_test_ends_slow_start():
+    c = Cubic()
+    p = c.default_params(1)
+    s, _ = c.init(p, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 32 * MSS))
+    # The round's minimum RTT is 3 ms above the path's: below the 4 ms floor, slow start goes on.
+    s1, d = c.on_interval(s, mi(acked_pkts=32, inflight_pkts=32).replace(
+        rtt_min=jnp.full(1, RTT + 0.003)), p)
+    assert pkts(d.cwnd) == pytest.approx(64.0)
+    # 6 ms above (threshold clamp(40/8, 4, 16) = 5 ms): slow start ends at the current window.
+    s2, d = c.on_interval(s, mi(acked_pkts=32, inflight_pkts=32).replace(
+        rtt_min=jnp.full(1, RTT + 0.006)), p)
+    assert pkts(d.cwnd) == pytest.approx(32.0)
+    assert pkts(s2.ssthresh) == pytest.approx(32.0)
+    # Disabled: slow start goes on whatever the delay.
+    off = p.replace(hystart=jnp.zeros(1, bool))
+    _, d = c.on_interval(s, mi(acked_pkts=32, inflight_pkts=32).replace(
+        rtt_min=jnp.full(1, RTT + 0.006)), off)
+    assert pkts(d.cwnd) == pytest.approx(64.0)
+
+
+def test_cubic_hystart_avoids_the_slow_start_overshoot_in_a_deep_buffer():
+    spec = link_from_flags(flows=1, bw_mbps=20.0, rtt_ms=[40.0], buffer_pkts=4 * 67)
+    c = Cubic()
+    on = run_controller([spec], c, duration_s=10.0).summary(0)
+    off = run_controller([spec], c, c.default_params(1).replace(hystart=jnp.zeros(1, bool)),
+                         duration_s=10.0).summary(0)
+    assert on["link"]["drop_rate"] < 0.2 * off["link"]["drop_rate"]
+    assert on["link"]["utilization"] > 0.9

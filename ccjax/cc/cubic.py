@@ -27,6 +27,13 @@ The per-ACK rules are applied to the MI's sums, as in ``newreno``:
 * t is measured from the reduction ("since the last reduction"); during the following RTT the
   window holds at ``cwnd_epoch`` while the losses of packets sent before the reduction come in
   (the same episode: NewReno's recovery, shared from ``newreno``), then follows W_cubic.
+* §4.10 allows a slow start that exits before a loss; Linux and ns-3 use HyStart (Ha & Rhee,
+  "Taming the elephants", 2011; Linux tcp_cubic.c, ns-3 TcpCubic) by default. Its delay test is
+  kept here, per round (= per MI): with at least ``hystart_low_window`` packets (16) in the window,
+  slow start ends (ssthresh = cwnd) once the round's minimum RTT exceeds the path's minimum by
+  ``clamp(min_rtt / 8, 4 ms, 16 ms)``. The ACK-train test measures the spacing of individual
+  ACKs, which an MI's sums do not carry, so it is left out (and left out of ns-3's side when the
+  two are compared: ``HyStartDetect = DELAY``).
 * §4.8 timeout: as NewReno (1 MSS, slow start; ssthresh uses beta_cubic); the following CA stage
   starts with ``K = 0`` and ``W_max = W_est = cwnd`` at its beginning. §4.10: slow start as
   RFC 5681 (this is also how CA starts after the initial slow start ends in a loss).
@@ -59,6 +66,13 @@ class CubicParams(struct.PyTreeNode):
     mi_rtts: jnp.ndarray  # (F,) MI length in smoothed RTTs
     min_rto_s: jnp.ndarray  # (F,) RFC 6298 §2.4: 1 s
     max_rto_s: jnp.ndarray  # (F,) RFC 6298 §2.5: 60 s
+    hystart: jnp.ndarray  # (F,) bool: HyStart's delay test ends slow start (Linux, ns-3 default)
+    hystart_low_window: jnp.ndarray  # (F,) packets: no HyStart below this window (Linux: 16)
+
+
+#: HyStart's delay threshold bounds (Linux tcp_cubic.c HYSTART_DELAY_MIN/MAX, ns-3 defaults)
+HYSTART_DELAY_MIN_S = 0.004
+HYSTART_DELAY_MAX_S = 0.016
 
 
 class CubicState(struct.PyTreeNode):
@@ -91,7 +105,8 @@ class Cubic:
         full = lambda v, dt=jnp.float32: jnp.full(n_flows, v, dt)  # noqa: E731
         return CubicParams(c=full(0.4), beta=full(0.7), fast_convergence=full(True, bool),
                            reno_friendly=full(True, bool), init_cwnd_pkts=full(10.0),
-                           mi_rtts=full(1.0), min_rto_s=full(1.0), max_rto_s=full(60.0))
+                           mi_rtts=full(1.0), min_rto_s=full(1.0), max_rto_s=full(60.0),
+                           hystart=full(True, bool), hystart_low_window=full(16.0))
 
     def _decide(self, cwnd: jnp.ndarray, srtt: jnp.ndarray, params: CubicParams) -> Decision:
         # Window-based: pace at cwnd/srtt (rate 0), at most cwnd in flight; one MI per RTT.
@@ -119,6 +134,13 @@ class Cubic:
         # --- Slow start (§4.10 -> RFC 5681), while cwnd < ssthresh.
         in_ss = cwnd < state.ssthresh
         ss_cwnd, _ = slow_start(cwnd, state.ssthresh, acked)
+        # HyStart's delay test (see the module docstring): the round's minimum RTT against the
+        # path's minimum plus clamp(min/8, 4 ms, 16 ms); on exit, ssthresh = cwnd.
+        eta = jnp.clip(stats.min_rtt / 8.0, HYSTART_DELAY_MIN_S, HYSTART_DELAY_MAX_S)
+        hy_exit = (p.hystart & in_ss & grow & (stats.rtt_samples > 0)
+                   & (cwnd >= p.hystart_low_window * MSS)
+                   & (stats.rtt_min >= stats.min_rtt + eta))
+        ss_cwnd = jnp.where(hy_exit, cwnd, ss_cwnd)
 
         # --- Congestion avoidance. A stage that starts without a reduction (slow start reached
         # ssthresh, only possible after a timeout here) has K = 0 and W_max = W_est = cwnd at its
@@ -174,7 +196,8 @@ class Cubic:
         w_max = jnp.where(ev.timeout, 0.0, w_max)
         in_epoch = jnp.where(ev.timeout, False, in_epoch)
 
-        ssthresh = jnp.where(ev.loss | ev.timeout, ssthresh_red, state.ssthresh)
+        ssthresh = jnp.where(ev.loss | ev.timeout, ssthresh_red,
+                             jnp.where(hy_exit, cwnd, state.ssthresh))
         cwnd_new = jnp.clip(cwnd_new, MSS, MAX_CWND)
         new = CubicState(cwnd=cwnd_new, ssthresh=ssthresh, w_max=w_max, k=k,
                          epoch_start=epoch_start, in_epoch=in_epoch, w_est=w_est,
