@@ -1,5 +1,9 @@
 """``ccjax bench sim``: simulator throughput, compile time measured separately.
 
+Two workloads: the default scenario of ``ccjax simulate`` (constant-rate flows) and a 4-flow
+CUBIC dumbbell; for the latter also the ratio of ccjax's simulated flow-seconds per wall-clock
+second (packet model, batch 1024) to ns-3's on the same dumbbell, both measured in the same run.
+
 An *env-step* is one monitor interval (MI) of one link, the unit an RL environment steps in; a
 *flow-tick* is one tick of one flow. Both are counted from the run itself (completed MIs of each
 link's first flow, and ticks x flows), never estimated.
@@ -12,40 +16,97 @@ import platform
 import jax
 import numpy as np
 
-from ccjax.api import link_from_flags, simulate
+from ccjax.api import link_from_flags, run_controller, simulate
+from ccjax.cc.registry import get_controller
 
 #: the default scenario of ``ccjax simulate`` (README): 2 flows over 12 Mbps, 40 ms RTT
 DEFAULT_LINK = dict(flows=2, bw_mbps=12.0, rtt_ms=(40.0,), start_s=(0.0, 5.0))
 DEFAULT_RATE_MBPS = 8.0
+#: the controller workload: 4 CUBIC flows over the default 12 Mbps / 40 ms link, 1-BDP buffer
+CUBIC_LINK = dict(flows=4, bw_mbps=12.0, rtt_ms=(40.0,), start_s=(0.0,))
+
+
+def _machine() -> dict:
+    return {"platform": platform.platform(), "processor": platform.processor(),
+            "jax": jax.__version__, "backend": jax.default_backend(),
+            "devices": [str(d) for d in jax.devices()]}
+
+
+def _row(workload: str, model: str, b: int, flows: int, best, duration_s: float) -> dict:
+    mis = int(np.asarray(best.state.mi_count)[:, 0].sum())
+    ticks = best.timeline.total_ticks
+    return {
+        "workload": workload, "model": model, "batch": b, "flows": flows,
+        "env_steps_per_s": mis / best.wall_s,
+        "flow_ticks_per_s": b * flows * ticks / best.wall_s,
+        "link_ticks_per_s": b * ticks / best.wall_s,
+        "flow_seconds_per_s": b * flows * duration_s / best.wall_s,
+        "compile_s": best.compile_s, "run_s": best.wall_s,
+        "sim_seconds": duration_s, "ticks_per_env_step": b * ticks / max(mis, 1),
+    }
+
+
+def _best(fn, repeats: int):
+    best = None
+    for _ in range(repeats):
+        res = fn()
+        if best is None or res.wall_s < best.wall_s:
+            best = res
+    return best
 
 
 def bench_sim(batches=(1, 64, 1024, 8192), models=("fluid", "packet"), duration_s: float = 2.0,
-              repeats: int = 2, tick_s: float = 1e-3) -> dict:
+              repeats: int = 2, tick_s: float = 1e-3, workloads=("const", "cubic"),
+              ns3: bool = True, ns3_duration_s: float = 30.0) -> dict:
+    """Run the benchmark; ``ns3=True`` also times ns-3 on the CUBIC dumbbell (needs ns-3)."""
     results = []
-    spec = link_from_flags(**{**DEFAULT_LINK, "start_s": (0.0, 0.0)})
-    for model in models:
-        for b in batches:
-            best = None
-            for _ in range(repeats):
-                res = simulate([spec] * b, rate_mbps=DEFAULT_RATE_MBPS, duration_s=duration_s,
-                               model=model, series_interval_s=duration_s, tick_s=tick_s)
-                if best is None or res.wall_s < best.wall_s:
-                    best = res
-            mis = int(np.asarray(best.state.mi_count)[:, 0].sum())
-            ticks = best.timeline.total_ticks
-            results.append({
-                "model": model, "batch": b, "flows": spec.n_flows,
-                "env_steps_per_s": mis / best.wall_s,
-                "flow_ticks_per_s": b * spec.n_flows * ticks / best.wall_s,
-                "link_ticks_per_s": b * ticks / best.wall_s,
-                "compile_s": best.compile_s, "run_s": best.wall_s,
-                "sim_seconds": duration_s, "ticks_per_env_step": b * ticks / max(mis, 1),
-            })
-    return {
+    if "const" in workloads:
+        spec = link_from_flags(**{**DEFAULT_LINK, "start_s": (0.0, 0.0)})
+        for model in models:
+            for b in batches:
+                best = _best(lambda spec=spec, b=b, model=model: simulate(
+                    [spec] * b, rate_mbps=DEFAULT_RATE_MBPS, duration_s=duration_s, model=model,
+                    series_interval_s=duration_s, tick_s=tick_s), repeats)
+                results.append(_row("const", model, b, spec.n_flows, best, duration_s))
+    if "cubic" in workloads:
+        spec = link_from_flags(**CUBIC_LINK)
+        cubic = get_controller("cubic")
+        for model in models:
+            for b in batches:
+                best = _best(lambda spec=spec, b=b, model=model: run_controller(
+                    [spec] * b, cubic, duration_s=duration_s, model=model,
+                    series_interval_s=duration_s, tick_s=tick_s), repeats)
+                results.append(_row("cubic", model, b, spec.n_flows, best, duration_s))
+    out = {
         "results": results,
-        "machine": {"platform": platform.platform(), "processor": platform.processor(),
-                    "jax": jax.__version__, "backend": jax.default_backend(),
-                    "devices": [str(d) for d in jax.devices()]},
+        "machine": _machine(),
         "scenario": {**DEFAULT_LINK, "start_s": [0.0, 0.0], "rate_mbps": DEFAULT_RATE_MBPS,
                      "cc": "const", "duration_s": duration_s, "tick_s": tick_s},
+        "cubic_scenario": {**CUBIC_LINK, "buffer": "1 BDP", "cc": "cubic",
+                           "duration_s": duration_s, "tick_s": tick_s},
     }
+    if ns3 and "cubic" in workloads:
+        out["ns3"] = _ns3_ratio(results, ns3_duration_s)
+    return out
+
+
+def _ns3_ratio(results: list[dict], duration_s: float) -> dict:
+    """ns-3 on the CUBIC dumbbell, and ccjax's packet model at batch 1024 against it."""
+    from ccjax import ns3
+
+    ns3.build()
+    spec = link_from_flags(**CUBIC_LINK)
+    r = ns3.run_dumbbell(flows=spec.n_flows, bw_mbps=CUBIC_LINK["bw_mbps"],
+                         rtt_ms=list(spec.rtt_ms), buffer_pkts=int(spec.buffer_pkts), loss=0.0,
+                         cc="cubic", duration_s=duration_s)
+    wall = float(r["sim"]["wall_s"])
+    ns3_rate = spec.n_flows * duration_s / wall
+    ours = [x for x in results if x["workload"] == "cubic" and x["model"] == "packet"]
+    ref = next((x for x in ours if x["batch"] == 1024), max(ours, key=lambda x: x["batch"],
+                                                             default=None))
+    out = {"simulator": r["sim"].get("simulator", "ns-3"), "sim_seconds": duration_s,
+           "wall_s": wall, "flow_seconds_per_s": ns3_rate}
+    if ref is not None:
+        out |= {"ccjax_batch": ref["batch"], "ccjax_flow_seconds_per_s": ref["flow_seconds_per_s"],
+                "ratio": ref["flow_seconds_per_s"] / ns3_rate}
+    return out

@@ -157,21 +157,48 @@ def cmd_bench(args) -> int:
     for m in args.models:
         if m not in ("fluid", "packet"):
             raise ConfigError(f"models={args.models} is invalid: fluid and/or packet")
+    for w in args.workloads:
+        if w not in ("const", "cubic"):
+            raise ConfigError(f"workloads={args.workloads} is invalid: const and/or cubic")
+    if not (args.duration_s > 0 and args.ns3_duration_s > 0 and args.tick_ms > 0):
+        raise ConfigError("--duration-s, --ns3-duration-s and --tick-ms must be > 0")
+    use_ns3 = "cubic" in args.workloads and not args.no_ns3
+    if use_ns3:
+        from ccjax import ns3
+
+        ns3.build()  # a missing ns-3 is a one-line error before any benchmark runs
     out = bench_sim(batches=tuple(args.batches), models=tuple(args.models),
-                    duration_s=args.duration_s, tick_s=args.tick_ms * 1e-3)
+                    duration_s=args.duration_s, tick_s=args.tick_ms * 1e-3,
+                    workloads=tuple(args.workloads), ns3=use_ns3,
+                    ns3_duration_s=args.ns3_duration_s)
     if args.json:
         print(json.dumps(out))
         return 0
     from rich.console import Console
     from rich.table import Table
 
-    t = Table(title="ccjax bench sim: " + out["machine"]["platform"], title_justify="left")
-    for col in ("model", "batch", "env-steps/s", "flow-ticks/s", "compile s", "run s"):
-        t.add_column(col, justify="right")
-    for r in out["results"]:
-        t.add_row(r["model"], str(r["batch"]), f"{r['env_steps_per_s']:,.0f}",
-                  f"{r['flow_ticks_per_s']:,.0f}", f"{r['compile_s']:.2f}", f"{r['run_s']:.3f}")
-    Console(width=None if sys.stdout.isatty() else 110).print(t)
+    con = Console(width=None if sys.stdout.isatty() else 110)
+    titles = {"const": "default scenario (2 constant-rate flows)", "cubic": "4 CUBIC flows"}
+    for w in args.workloads:
+        t = Table(title=f"ccjax bench sim, {titles[w]}: " + out["machine"]["platform"],
+                  title_justify="left")
+        for col in ("model", "batch", "env-steps/s", "flow-ticks/s", "flow-s/s", "compile s",
+                    "run s"):
+            t.add_column(col, justify="right")
+        for r in out["results"]:
+            if r["workload"] == w:
+                t.add_row(r["model"], str(r["batch"]), f"{r['env_steps_per_s']:,.0f}",
+                          f"{r['flow_ticks_per_s']:,.0f}", f"{r['flow_seconds_per_s']:,.0f}",
+                          f"{r['compile_s']:.2f}", f"{r['run_s']:.3f}")
+        con.print(t)
+    if "ns3" in out:
+        n = out["ns3"]
+        line = (f"{n['simulator']}, same CUBIC dumbbell, {n['sim_seconds']:g} simulated s: "
+                f"{n['flow_seconds_per_s']:,.1f} flow-s per wall s")
+        if "ratio" in n:
+            line += (f"; ccjax packet model, batch {n['ccjax_batch']}: "
+                     f"{n['ccjax_flow_seconds_per_s']:,.0f} flow-s/s = {n['ratio']:,.0f}x ns-3")
+        con.print(line)
     return 0
 
 
@@ -203,6 +230,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--models", type=_names, default=["fluid", "packet"])
     b.add_argument("--duration-s", type=float, default=2.0, help="simulated seconds per run")
     b.add_argument("--tick-ms", type=float, default=1.0, help="simulator tick (default 1 ms)")
+    b.add_argument("--workloads", type=_names, default=["const", "cubic"],
+                   help="const (default scenario, constant-rate flows) and/or cubic (4 CUBIC "
+                        "flows); default both")
+    b.add_argument("--no-ns3", action="store_true",
+                   help="skip timing ns-3 on the CUBIC dumbbell (needs libns3-dev)")
+    b.add_argument("--ns3-duration-s", type=float, default=30.0,
+                   help="simulated seconds of the ns-3 run (default 30)")
     b.add_argument("--json", action="store_true")
     sub.add_parser("scenarios", help="list scenario presets")
     return ap

@@ -95,15 +95,28 @@ def test_trace_errors(capsys, tmp_path):
     _one_line_error(code, err, "line 2")
 
 
+@pytest.mark.slow
 def test_bench_json(capsys):
     code, out, _ = _run(capsys, "bench", "sim", "--batches", "1,4", "--models", "fluid",
-                        "--duration-s", "0.5", "--json")
+                        "--duration-s", "0.5", "--ns3-duration-s", "2", "--json")
     assert code == 0
     d = json.loads(out)
-    assert [r["batch"] for r in d["results"]] == [1, 4]
+    assert [(r["workload"], r["batch"]) for r in d["results"]] == [
+        ("const", 1), ("const", 4), ("cubic", 1), ("cubic", 4)]
     for r in d["results"]:
         assert r["model"] == "fluid"
         assert r["env_steps_per_s"] > 0 and r["flow_ticks_per_s"] > 0 and r["compile_s"] > 0
+    assert d["results"][2]["flows"] == 4
+    # ns-3 on the same CUBIC dumbbell, and ccjax's rate against it (the largest batch run,
+    # as 1024 is not among the batches here: the packet model was not run, so no ratio).
+    n = d["ns3"]
+    assert n["wall_s"] > 0 and n["flow_seconds_per_s"] > 0 and "ratio" not in n
+    code, out, _ = _run(capsys, "bench", "sim", "--batches", "2", "--models", "packet",
+                        "--duration-s", "0.5", "--workloads", "cubic", "--ns3-duration-s", "2",
+                        "--json")
+    n = json.loads(out)["ns3"]
+    assert n["ccjax_batch"] == 2
+    assert n["ratio"] == pytest.approx(n["ccjax_flow_seconds_per_s"] / n["flow_seconds_per_s"])
 
 
 def test_bench_invalid(capsys):

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from ccjax.cc.base import Controller
 from ccjax.cc.const import Const
+from ccjax.cc.copa import Copa
 from ccjax.cc.cubic import Cubic
 from ccjax.cc.newreno import NewReno
+from ccjax.cc.vegas import Vegas
 from ccjax.errors import ConfigError
 
 CONTROLLERS: dict[str, Controller] = {
-    c.name: c for c in (Const(), NewReno(), Cubic())
+    c.name: c for c in (Const(), NewReno(), Cubic(), Vegas(), Copa())
 }
 
 

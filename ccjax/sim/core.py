@@ -74,6 +74,7 @@ class SimState(struct.PyTreeNode):
     t: jnp.ndarray  # () int32 tick
     key: jnp.ndarray
     queue: jnp.ndarray  # (F,) bytes in the bottleneck queue, per flow
+    work: jnp.ndarray  # () bytes the link has still to serve (the FIFO's unserved backlog)
     qline: jnp.ndarray  # (H_q, F, 3) queue delay line, indexed by departure tick
     aline: jnp.ndarray  # (H_a, F, 3) ACK delay line, indexed by departure tick
     stuck: jnp.ndarray  # (F, 2) admitted / dropped bytes whose departure lies past the horizon
@@ -110,7 +111,7 @@ def init_state(
     cc_state, dec = controller.init(cc_params, rtt)
     z = jnp.zeros(F, jnp.float32)
     return SimState(
-        t=jnp.zeros((), jnp.int32), key=key, queue=z,
+        t=jnp.zeros((), jnp.int32), key=key, queue=z, work=jnp.zeros((), jnp.float32),
         qline=jnp.zeros((cfg.queue_horizon, F, _NFIELD), jnp.float32),
         aline=jnp.zeros((cfg.ack_horizon, F, _NFIELD), jnp.float32),
         stuck=jnp.zeros((F, 2), jnp.float32), credit=z,
@@ -195,9 +196,12 @@ def tick(
     offered = send - rloss
 
     # 3. Drop-tail admission: the queue holds at most buffer_bytes after this tick's service.
+    #    The backlog is the link's unserved work (Lindley's recursion), not ``s.queue``: a
+    #    packet group stays in ``s.queue`` until its last byte has left, but the bytes of it
+    #    already on the wire neither take buffer space nor delay later arrivals.
     c0 = capacity.cum(link.sched, tf)
     service = capacity.cum(link.sched, tf + 1.0) - c0
-    qtot = s.queue.sum()
+    qtot = s.work
     space = jnp.maximum(link.buffer_bytes + service - qtot, 0.0)
     if cfg.model == "fluid":
         admit = offered * jnp.minimum(space / jnp.maximum(offered.sum(), 1e-30), 1.0)
@@ -207,6 +211,7 @@ def tick(
 
     # 4. FIFO departure of this tick's group (and the moment its drops become known).
     backlog = qtot + admit.sum()
+    work = jnp.maximum(backlog - service, 0.0)
     x = capacity.inv(link.sched, c0 + backlog)
     qdelay = jnp.maximum(x - (tf + 1.0), 0.0)
     dep = jnp.maximum(jnp.ceil(x).astype(jnp.int32) - 1, t)
@@ -272,7 +277,8 @@ def tick(
     mi_len = jnp.where(done, _mi_ticks(new_dec.mi_s, cfg), s.mi_len)
 
     return SimState(
-        t=t + 1, key=key, queue=queue, qline=qline, aline=aline, stuck=stuck, credit=credit,
+        t=t + 1, key=key, queue=queue, work=work, qline=qline, aline=aline, stuck=stuck,
+        credit=credit,
         srtt=srtt, min_rtt=min_rtt, sent=sent, acked=acked, lost=lost, decision=decision,
         cc=cc_state, mi=mi, mi_len=mi_len, mi_count=s.mi_count + done.astype(jnp.int32),
         mi_done=done, last=last, tot=tot,

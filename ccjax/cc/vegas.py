@@ -1,0 +1,175 @@
+"""TCP Vegas (Brakmo & Peterson, IEEE JSAC 1995; Linux ``tcp_vegas.c``), one MI per smoothed RTT.
+
+Vegas keeps a few of its own packets in the bottleneck queue, no more: once per RTT it compares
+the rate it would get with an empty queue (``Expected = cwnd / BaseRTT``) with the rate it gets
+(``Actual = cwnd / RTT``) and turns the difference into packets (§3.2 of the paper):
+
+    Diff = (Expected - Actual) * BaseRTT = cwnd * (1 - BaseRTT / RTT)   [packets]
+
+which is exactly the number of the flow's packets sitting in the queue when its window is
+``BDP + q`` and its RTT ``BaseRTT + q / C``. (Linux computes ``cwnd (RTT - BaseRTT) / BaseRTT``,
+the same times ``RTT / BaseRTT``; ns-3's ``TcpVegas`` uses the paper's form, as here.) Congestion
+avoidance then moves the window by one packet per RTT towards ``alpha <= Diff <= beta``
+(defaults alpha = 2, beta = 4 packets, as Linux):
+``Diff < alpha``: +1 packet, ``Diff > beta``: -1 packet, otherwise hold.
+
+How the per-ACK sender maps to one MI per RTT:
+
+* BaseRTT is the lowest RTT ever seen (``stats.min_rtt``; Linux ``baseRTT``), RTT is the lowest RTT
+  sample of the RTT just ended (``stats.rtt_min``; Linux ``minRTT``, which filters out delayed-ACK
+  and jitter noise). With fewer than three packets' RTT samples in the RTT the estimate is not
+  trusted and the window grows as Reno's would (Linux: ``cntRTT <= 2``); an MI with no ACK at all
+  then changes nothing.
+* The RTTs reported in an MI are those of packets sent during the *previous* MI, under the
+  previous window, so Diff uses that window (``cwnd_sent``). In congestion avoidance this hardly
+  matters (the window moves by one packet per RTT), in slow start it does: the current window is
+  already twice the one that produced the RTTs.
+* Slow start (§3.3): the window doubles only every other RTT, "in between, the congestion window
+  stays fixed so a valid comparison of the expected and actual rates can be made"; once Diff
+  exceeds ``gamma`` (1 packet) Vegas leaves slow start with the window set to what the actual
+  rate fills (Linux: ``cwnd = min(cwnd, target_cwnd + 1)``, "set cwnd to match the actual rate
+  exactly: cwnd = (actual rate) * baseRTT", with ``target_cwnd = cwnd * BaseRTT / RTT``) and
+  ``ssthresh`` lowered to it (Linux ``tcp_vegas_ssthresh``) so that it stays in congestion
+  avoidance. Linux doubles every RTT; with a paced sender (the simulator paces at cwnd/srtt) the
+  every-RTT doubling puts twice the bottleneck rate on the link for a whole RTT before the first
+  RTT sample shows a queue, which overflowed a one-BDP buffer (0.4-1.2% loss at 10 Mbps, 40 ms);
+  the paper's rule does not (``ss_every_other_rtt``, default on). The actual rate is also taken
+  as measured, ``stats.delivery_rate`` (acked bytes over the MI), when that is the lower: after a
+  doubling past the BDP the lowest RTT of the RTT is that of its first packets, sent before the
+  queue built up, and ``cwnd * BaseRTT / RTT`` then keeps most of the overshoot (at 50 Mbps,
+  40 ms: 1.8 BDP, a queue that Vegas' one packet per RTT took seconds to drain) where the
+  delivery rate, the link's capacity, gives one BDP.
+* Loss (Linux: Vegas is switched off outside the Open state, Reno handles the loss): a loss
+  episode halves the window (``ssthresh = max(FlightSize / 2, 2 MSS)``, ``cwnd = ssthresh``), a
+  retransmission timeout sets it to one packet and slow start resumes, exactly as ``newreno``
+  (the shared ``Episodes`` tracker tells new episodes from the tail of the last one and runs the
+  RFC 6298 timer). While an episode's packets are still being reported (recovery) the RTT samples
+  describe the window before the reduction, so Vegas waits until they are through.
+* The window never drops below two packets by Vegas' own decrease (Linux), nor below one packet.
+
+Windows are in bytes (what the simulator enforces), thresholds in packets of ``MSS`` bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import jax.numpy as jnp
+from flax import struct
+
+from ccjax.cc.base import Decision
+from ccjax.cc.newreno import MAX_CWND, MSS, SSTHRESH_INIT, Episodes, slow_start, track_episodes
+
+if TYPE_CHECKING:
+    from ccjax.sim.stats import MIStats
+
+#: RTT samples (in packets' worth of acked bytes) an MI needs for Vegas to trust its estimate
+#: (Linux ``tcp_vegas_cong_avoid``: more than two).
+MIN_SAMPLES_PKTS = 3.0
+
+
+class VegasParams(struct.PyTreeNode):
+    alpha: jnp.ndarray  # (F,) packets queued below which the window grows (Linux: 2)
+    beta: jnp.ndarray  # (F,) packets queued above which it shrinks (Linux: 4)
+    gamma: jnp.ndarray  # (F,) packets queued that end slow start (Linux: 1)
+    ss_every_other_rtt: jnp.ndarray  # (F,) bool: slow start grows every other RTT (paper)
+                                     # or every RTT (Linux, ns-3 TcpVegas)
+    init_cwnd_pkts: jnp.ndarray  # (F,) initial window, packets (RFC 6928: 10)
+    mi_rtts: jnp.ndarray  # (F,) MI length in smoothed RTTs (one adjustment per RTT)
+    min_rto_s: jnp.ndarray  # (F,) RFC 6298 §2.4: 1 s
+    max_rto_s: jnp.ndarray  # (F,) RFC 6298 §2.5: 60 s
+
+
+class VegasState(struct.PyTreeNode):
+    cwnd: jnp.ndarray  # (F,) bytes: the window of the current MI
+    cwnd_sent: jnp.ndarray  # (F,) bytes: the window of the previous MI (whose RTTs come back now)
+    ssthresh: jnp.ndarray  # (F,) bytes
+    ss_hold: jnp.ndarray  # (F,) bool: slow start holds the window this MI (grows every other)
+    ep: Episodes
+
+
+def vegas_diff(cwnd_pkts: jnp.ndarray, base_rtt: jnp.ndarray, rtt: jnp.ndarray) -> jnp.ndarray:
+    """Brakmo & Peterson §3.2: ``Diff = cwnd (1 - BaseRTT / RTT)`` packets, for any input.
+
+    ``RTT`` is raised to at least ``BaseRTT`` (so Diff >= 0) and both to a microsecond, so that
+    nothing divides by zero."""
+    base = jnp.maximum(base_rtt, 1e-6)
+    return cwnd_pkts * (1.0 - base / jnp.maximum(rtt, base))
+
+
+@dataclass(frozen=True)
+class Vegas:
+    name: str = "vegas"
+
+    def default_params(self, n_flows: int) -> VegasParams:
+        full = lambda v: jnp.full(n_flows, v, jnp.float32)  # noqa: E731
+        return VegasParams(alpha=full(2.0), beta=full(4.0), gamma=full(1.0),
+                           ss_every_other_rtt=jnp.ones(n_flows, bool), init_cwnd_pkts=full(10.0),
+                           mi_rtts=full(1.0), min_rto_s=full(1.0), max_rto_s=full(60.0))
+
+    def _decide(self, cwnd: jnp.ndarray, srtt: jnp.ndarray, params: VegasParams) -> Decision:
+        # Window-based: pace at cwnd/srtt (rate 0), at most cwnd in flight; one MI per RTT.
+        return Decision(rate=jnp.zeros_like(cwnd), cwnd=cwnd, mi_s=params.mi_rtts * srtt)
+
+    def init(self, params: VegasParams, base_rtt_s: jnp.ndarray):
+        rtt = jnp.broadcast_to(jnp.asarray(base_rtt_s, jnp.float32), params.init_cwnd_pkts.shape)
+        cwnd = params.init_cwnd_pkts * MSS  # RFC 6928 §2
+        state = VegasState(cwnd=cwnd, cwnd_sent=cwnd, ssthresh=jnp.full_like(cwnd, SSTHRESH_INIT),
+                           ss_hold=jnp.zeros(cwnd.shape, bool), ep=Episodes.start(rtt))
+        return state, self._decide(cwnd, rtt, params)
+
+    def on_interval(self, state: VegasState, stats: MIStats, params: VegasParams):
+        p = params
+        # Recovery: bytes of the last loss episode were still outstanding when this MI began,
+        # so its RTT samples (partly) describe the window before the reduction.
+        recovering = state.ep.old_bytes > 0
+        ep, ev = track_episodes(state.ep, stats, p.min_rto_s, p.max_rto_s)
+        cwnd = jnp.maximum(state.cwnd, MSS)
+        w_sent = jnp.maximum(state.cwnd_sent, MSS) / MSS  # packets
+
+        # --- The estimate: Diff from the lowest RTT of this MI (the packets sent in the last).
+        trusted = (stats.rtt_samples >= MIN_SAMPLES_PKTS * MSS) & ~recovering
+        rtt = jnp.where(stats.rtt_samples > 0, stats.rtt_min, stats.srtt)
+        base = jnp.minimum(stats.min_rtt, rtt)
+        diff = vegas_diff(w_sent, base, rtt)
+        # What the actual rate fills over BaseRTT (Linux target_cwnd = cwnd BaseRTT / RTT),
+        # packets; no more than the measured delivery rate fills (see the module docstring).
+        target = jnp.minimum(w_sent - diff, jnp.maximum(stats.delivery_rate, 0.0) * base / MSS)
+
+        in_ss = cwnd < state.ssthresh
+
+        # --- Reno, where Vegas has no estimate (RFC 5681 over the MI; only ACKs of data sent
+        # after the last reduction count, as in newreno).
+        reno_ss, rest = slow_start(cwnd, state.ssthresh, ev.acked_new)
+        reno = reno_ss + MSS * rest / reno_ss
+
+        # --- Vegas slow start: double every other RTT (§3.3), leave it once Diff > gamma with the
+        # window the actual rate fills, plus one packet (Linux).
+        ss_grown = reno_ss
+        ss_exit = diff > p.gamma
+        ss_cwnd = jnp.where(ss_exit, jnp.minimum(cwnd, (target + 1.0) * MSS),
+                            jnp.where(state.ss_hold & p.ss_every_other_rtt, cwnd, ss_grown))
+
+        # --- Vegas congestion avoidance: one packet per RTT towards alpha <= Diff <= beta.
+        step = jnp.where(diff < p.alpha, 1.0, jnp.where(diff > p.beta, -1.0, 0.0))
+        ca_cwnd = jnp.maximum(cwnd + step * MSS, jnp.minimum(cwnd, 2.0 * MSS))
+
+        vegas = jnp.where(in_ss, ss_cwnd, ca_cwnd)
+        cwnd_new = jnp.where(trusted, vegas, reno)
+        # Leaving slow start (or shrinking in CA) lowers ssthresh to the window, so that the
+        # flow stays in congestion avoidance (Linux tcp_vegas_ssthresh).
+        ssthresh = jnp.where(trusted & (~in_ss | ss_exit),
+                             jnp.minimum(state.ssthresh, cwnd_new), state.ssthresh)
+
+        # --- Loss episode and timeout: Reno's reactions (RFC 5681 eq. 4, RFC 6582, RFC 6298).
+        ssthresh_red = jnp.maximum(0.5 * ev.flight, 2.0 * MSS)
+        cwnd_new = jnp.where(ev.loss, jnp.minimum(ssthresh_red, cwnd),
+                             jnp.where(ev.timeout, MSS, cwnd_new))
+        ssthresh = jnp.where(ev.loss | ev.timeout, ssthresh_red, ssthresh)
+        cwnd_new = jnp.clip(cwnd_new, MSS, MAX_CWND)
+        # The every-other-RTT rhythm of slow start restarts with a growth RTT after a reduction.
+        ss_hold = jnp.where(ev.loss | ev.timeout, False, ~state.ss_hold)
+
+        new = VegasState(cwnd=cwnd_new, cwnd_sent=cwnd, ssthresh=ssthresh, ss_hold=ss_hold, ep=ep)
+        return new, self._decide(cwnd_new, stats.srtt, p)
