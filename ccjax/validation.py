@@ -169,16 +169,46 @@ def ns3_equivalent_params(cc: str, ctl, n_flows: int):
     p = ctl.default_params(n_flows)
     if cc == "cubic":
         p = p.replace(reno_friendly=jnp.zeros(n_flows, bool))
+    if cc == "vegas":
+        # ns-3's TcpVegas: slow start doubles every RTT, a loss costs one packet of window.
+        p = p.replace(ss_every_other_rtt=jnp.zeros(n_flows, bool),
+                      ns3_loss=jnp.ones(n_flows, bool))
     return p
 
 
-def run_ns3(scenarios: Sequence[Scenario], seed: int = 1, workers: int = 2) -> list[Measured]:
-    """All scenarios in ns-3, ``workers`` processes at a time."""
+@dataclass
+class Spread:
+    """How far ns-3 runs of one scenario with different seeds lie apart (max - min)."""
+
+    utilization: float
+    mean_queue_delay_ms: float
+    jain: float
+
+
+def average(runs: Sequence[Measured]) -> tuple[Measured, Spread]:
+    """The seed average of ns-3 runs of one scenario, and their spread."""
+    def col(f):
+        return np.asarray([f(m) for m in runs], float)
+
+    util, qd, loss = col(lambda m: m.utilization), col(lambda m: m.mean_queue_delay_ms), \
+        col(lambda m: m.loss_rate)
+    jain = col(lambda m: m.jain)
+    thr = np.mean([m.throughput_mbps for m in runs], axis=0)
+    mean = Measured(float(util.mean()), float(qd.mean()), float(loss.mean()),
+                    [float(x) for x in thr], float(sum(m.wall_s for m in runs)))
+    return mean, Spread(float(np.ptp(util)), float(np.ptp(qd)), float(np.ptp(jain)))
+
+
+def run_ns3(scenarios: Sequence[Scenario], seeds: Sequence[int] = (1, 2), workers: int = 2
+            ) -> list[tuple[Measured, Spread]]:
+    """All scenarios in ns-3 with each seed, ``workers`` processes at a time; per scenario the
+    seed average and the seed-to-seed spread."""
     from ccjax import ns3
 
     ns3.build()
 
-    def one(sc: Scenario) -> Measured:
+    def one(job: tuple[Scenario, int]) -> Measured:
+        sc, seed = job
         # ns-3's device holds buffer_pkts waiting plus the one on the wire; ccjax's buffer counts
         # the unsent rest of the packet on the wire: one packet fewer makes them the same.
         s = ns3.run_dumbbell(flows=sc.flows, bw_mbps=sc.bw_mbps, rtt_ms=list(sc.rtt_ms),
@@ -186,8 +216,11 @@ def run_ns3(scenarios: Sequence[Scenario], seed: int = 1, workers: int = 2) -> l
                              duration_s=sc.duration_s, seed=seed, hystart_detect="delay")
         return _from_summary(s, sc.flows, float(s.get("sim", {}).get("wall_s", 0.0)))
 
+    jobs = [(sc, seed) for sc in scenarios for seed in seeds]
     with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
-        return list(ex.map(one, scenarios))
+        runs = list(ex.map(one, jobs))
+    k = len(seeds)
+    return [average(runs[i * k:(i + 1) * k]) for i in range(len(scenarios))]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -200,6 +233,7 @@ class Comparison:
     ns3: Measured
     ccjax: Measured
     checks: dict[str, bool] = field(default_factory=dict)
+    spread: Spread | None = None
 
     @property
     def ok(self) -> bool:
@@ -222,25 +256,30 @@ def rtt_order_preserved(sc: Scenario, a: Measured, b: Measured) -> bool:
     return abs(da) < tie or (da > 0) == (db > 0)
 
 
-def compare(sc: Scenario, ref: Measured, got: Measured) -> Comparison:
-    qd_tol = max(TOL_QDELAY_REL * ref.mean_queue_delay_ms, TOL_QDELAY_MS)
+def compare(sc: Scenario, ref: Measured, got: Measured, spread: Spread | None = None
+            ) -> Comparison:
+    """Check ``got`` (ccjax) against ``ref`` (ns-3's seed average) with the issue's tolerances,
+    widened to ns-3's own seed-to-seed spread where that is larger: a difference ns-3 shows
+    between two of its own runs is not evidence against the model."""
+    sp = spread or Spread(0.0, 0.0, 0.0)
+    qd_tol = max(TOL_QDELAY_REL * ref.mean_queue_delay_ms, TOL_QDELAY_MS, sp.mean_queue_delay_ms)
     checks = {
-        "utilization": abs(got.utilization - ref.utilization) <= TOL_UTIL,
+        "utilization": abs(got.utilization - ref.utilization) <= max(TOL_UTIL, sp.utilization),
         "queue delay": abs(got.mean_queue_delay_ms - ref.mean_queue_delay_ms) <= qd_tol,
-        "jain": abs(got.jain - ref.jain) <= TOL_JAIN,
+        "jain": abs(got.jain - ref.jain) <= max(TOL_JAIN, sp.jain),
         "rtt unfairness": rtt_order_preserved(sc, ref, got),
     }
     if ref.loss_rate > LOSS_FLOOR:
         r = got.loss_rate / ref.loss_rate
         checks["loss"] = 1.0 / TOL_LOSS_FACTOR <= r <= TOL_LOSS_FACTOR
-    return Comparison(sc, ref, got, checks)
+    return Comparison(sc, ref, got, checks, sp)
 
 
-def validate(scenarios: Sequence[Scenario], model: str = "packet", workers: int = 2
-             ) -> list[Comparison]:
-    ref = run_ns3(scenarios, workers=workers)
+def validate(scenarios: Sequence[Scenario], model: str = "packet", workers: int = 2,
+             seeds: Sequence[int] = (1, 2)) -> list[Comparison]:
+    ref = run_ns3(scenarios, seeds=seeds, workers=workers)
     got = run_ccjax(scenarios, model=model)
-    return [compare(sc, r, g) for sc, r, g in zip(scenarios, ref, got, strict=True)]
+    return [compare(sc, r, g, sp) for sc, (r, sp), g in zip(scenarios, ref, got, strict=True)]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -258,21 +297,25 @@ def markdown_table(rows: Iterable[Comparison], title: str) -> str:
              f"{n_ok} of {len(rows)} scenarios within every tolerance.", "",
              "| scenario | util ns-3 | util ccjax | qdelay ms ns-3 | qdelay ms ccjax | "
              "loss ns-3 | loss ccjax | Jain ns-3 | Jain ccjax | shares ns-3 | shares ccjax | "
-             "outside tolerance |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|"]
+             "ns-3 seed spread (util, qdelay, Jain) | outside tolerance |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|"]
     for r in rows:
         a, b = r.ns3, r.ccjax
+        sp = r.spread or Spread(0.0, 0.0, 0.0)
         lines.append(
             f"| {r.scenario.name} ({r.scenario.buffer_pkts} pkts) | {a.utilization:.3f} | "
             f"{b.utilization:.3f} | {a.mean_queue_delay_ms:.1f} | {b.mean_queue_delay_ms:.1f} | "
             f"{a.loss_rate:.4f} | {b.loss_rate:.4f} | {a.jain:.3f} | {b.jain:.3f} | "
-            f"{_fmt_shares(a)} | {_fmt_shares(b)} | {', '.join(r.failures()) or '-'} |")
+            f"{_fmt_shares(a)} | {_fmt_shares(b)} | {sp.utilization:.3f}, "
+            f"{sp.mean_queue_delay_ms:.1f}, {sp.jain:.3f} | "
+            f"{', '.join(r.failures()) or '-'} |")
     return "\n".join(lines) + "\n"
 
 
 def as_records(rows: Iterable[Comparison]) -> list[dict]:
     return [{"scenario": asdict(r.scenario), "ns3": asdict(r.ns3), "ccjax": asdict(r.ccjax),
-             "checks": r.checks} for r in rows]
+             "ns3_spread": asdict(r.spread) if r.spread else None, "checks": r.checks}
+            for r in rows]
 
 
 def summary_counts(rows: Sequence[Comparison]) -> dict[str, float]:
@@ -281,6 +324,8 @@ def summary_counts(rows: Sequence[Comparison]) -> dict[str, float]:
         "all": sum(r.ok for r in rows) / max(len(rows), 1)}
 
 
-__all__ = ["Scenario", "Measured", "Comparison", "full_matrix", "ci_matrix", "run_ccjax",
-           "run_ns3", "compare", "validate", "markdown_table", "as_records", "summary_counts",
-           "rtt_order_preserved"]
+__all__ = [
+    "Scenario", "Measured", "Spread", "average", "Comparison", "full_matrix", "ci_matrix",
+    "run_ccjax", "run_ns3", "compare", "validate", "markdown_table", "as_records",
+    "summary_counts", "rtt_order_preserved",
+]

@@ -45,6 +45,10 @@ How the per-ACK sender maps to one MI per RTT:
   (the shared ``Episodes`` tracker tells new episodes from the tail of the last one and runs the
   RFC 6298 timer). While an episode's packets are still being reported (recovery) the RTT samples
   describe the window before the reduction, so Vegas waits until they are through.
+  ns-3's TcpVegas answers a loss differently (``TcpVegas::GetSsThresh``:
+  ``ssthresh = max(min(ssthresh, cwnd - MSS), 2 MSS)``, i.e. one packet less than the window when
+  Vegas has been steering it); ``ns3_loss`` selects that response (default off), which the
+  cross-validation against ns-3 uses.
 * The window never drops below two packets by Vegas' own decrease (Linux), nor below one packet.
 
 Windows are in bytes (what the simulator enforces), thresholds in packets of ``MSS`` bytes.
@@ -75,6 +79,7 @@ class VegasParams(struct.PyTreeNode):
     gamma: jnp.ndarray  # (F,) packets queued that end slow start (Linux: 1)
     ss_every_other_rtt: jnp.ndarray  # (F,) bool: slow start grows every other RTT (paper)
                                      # or every RTT (Linux, ns-3 TcpVegas)
+    ns3_loss: jnp.ndarray  # (F,) bool: ns-3's loss response (one packet less), not Linux's half
     init_cwnd_pkts: jnp.ndarray  # (F,) initial window, packets (RFC 6928: 10)
     mi_rtts: jnp.ndarray  # (F,) MI length in smoothed RTTs (one adjustment per RTT)
     min_rto_s: jnp.ndarray  # (F,) RFC 6298 §2.4: 1 s
@@ -105,7 +110,8 @@ class Vegas:
     def default_params(self, n_flows: int) -> VegasParams:
         full = lambda v: jnp.full(n_flows, v, jnp.float32)  # noqa: E731
         return VegasParams(alpha=full(2.0), beta=full(4.0), gamma=full(1.0),
-                           ss_every_other_rtt=jnp.ones(n_flows, bool), init_cwnd_pkts=full(10.0),
+                           ss_every_other_rtt=jnp.ones(n_flows, bool),
+                           ns3_loss=jnp.zeros(n_flows, bool), init_cwnd_pkts=full(10.0),
                            mi_rtts=full(1.0), min_rto_s=full(1.0), max_rto_s=full(60.0))
 
     def _decide(self, cwnd: jnp.ndarray, srtt: jnp.ndarray, params: VegasParams) -> Decision:
@@ -163,7 +169,9 @@ class Vegas:
                              jnp.minimum(state.ssthresh, cwnd_new), state.ssthresh)
 
         # --- Loss episode and timeout: Reno's reactions (RFC 5681 eq. 4, RFC 6582, RFC 6298).
-        ssthresh_red = jnp.maximum(0.5 * ev.flight, 2.0 * MSS)
+        ssthresh_red = jnp.where(
+            p.ns3_loss, jnp.maximum(jnp.minimum(state.ssthresh, cwnd - MSS), 2.0 * MSS),
+            jnp.maximum(0.5 * ev.flight, 2.0 * MSS))
         cwnd_new = jnp.where(ev.loss, jnp.minimum(ssthresh_red, cwnd),
                              jnp.where(ev.timeout, MSS, cwnd_new))
         ssthresh = jnp.where(ev.loss | ev.timeout, ssthresh_red, ssthresh)
