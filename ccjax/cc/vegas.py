@@ -162,11 +162,17 @@ class Vegas:
         ca_cwnd = jnp.maximum(cwnd + step * MSS, jnp.minimum(cwnd, 2.0 * MSS))
 
         vegas = jnp.where(in_ss, ss_cwnd, ca_cwnd)
-        cwnd_new = jnp.where(trusted, vegas, reno)
-        # Leaving slow start (or shrinking in CA) lowers ssthresh to the window, so that the
-        # flow stays in congestion avoidance (Linux tcp_vegas_ssthresh).
-        ssthresh = jnp.where(trusted & (~in_ss | ss_exit),
-                             jnp.minimum(state.ssthresh, cwnd_new), state.ssthresh)
+        # During recovery the window holds (Linux and ns-3 leave it to loss recovery); Reno grows
+        # it only where too few RTT samples came back for an estimate (Linux).
+        cwnd_new = jnp.where(trusted, vegas, jnp.where(recovering, cwnd, reno))
+        # Leaving slow start or shrinking in CA lowers ssthresh to the window, so that the flow
+        # stays in congestion avoidance (Linux tcp_vegas_ssthresh, ns-3 GetSsThresh); after
+        # every CA adjustment ssthresh is raised to at least 3/4 of the window (Linux
+        # tcp_current_ssthresh, ns-3 TcpVegas::IncreaseWindow), so that it follows a window
+        # that has grown and a loss does not fall back to a window long gone.
+        shrink = trusted & (ss_exit & in_ss | ~in_ss & (step < 0))
+        ssthresh = jnp.where(shrink, jnp.minimum(state.ssthresh, cwnd_new), state.ssthresh)
+        ssthresh = jnp.where(trusted & ~in_ss, jnp.maximum(ssthresh, 0.75 * cwnd_new), ssthresh)
 
         # --- Loss episode and timeout: Reno's reactions (RFC 5681 eq. 4, RFC 6582, RFC 6298).
         ssthresh_red = jnp.where(
