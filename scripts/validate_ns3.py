@@ -1,0 +1,155 @@
+"""Regenerate docs/validation.md: ccjax's packet model against ns-3 on classic TCP dumbbells.
+
+    .venv/bin/python scripts/validate_ns3.py                 # full matrix (about 25 min, 2 cores)
+    .venv/bin/python scripts/validate_ns3.py --matrix ci     # the test suite's subset
+
+Needs ns-3 (``sh scripts/ns3-deps.sh``). Writes the Markdown report and, next to it, the raw
+numbers as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def classic_results(duration_s: float, seeds: tuple[int, ...], workers: int) -> tuple[str, dict]:
+    """Two textbook results, in ccjax (Linux-default controllers) and in ns-3."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from ccjax import ns3
+    from ccjax.api import link_from_flags, simulate
+
+    lines, raw = [], {}
+
+    def ccjax_run(spec, cc):
+        res = simulate([spec] * len(seeds), cc=cc, duration_s=duration_s, model="packet",
+                       seed=seeds[0])
+        thr = np.array([[f["throughput_mbps"] for f in res.summary(i)["flows"][:spec.n_flows]]
+                        for i in range(len(seeds))])
+        return thr.mean(0), res
+
+    def ns3_run(kw):
+        with ThreadPoolExecutor(max_workers=workers) as ex:
+            runs = list(ex.map(lambda s: ns3.run_dumbbell(**kw, seed=s), seeds))
+        return np.mean([[f["throughput_mbps"] for f in r["flows"]] for r in runs], axis=0)
+
+    # 1. CUBIC's RTT unfairness: the 20 ms flow takes more than the 80 ms flow.
+    lines += ["### CUBIC's RTT unfairness", "",
+              f"Two CUBIC flows, base RTT 20 ms and 80 ms, over 10 Mbps, {duration_s:g} s, mean of "
+              f"{len(seeds)} seeds. ccjax runs CUBIC as Linux does (Reno-friendly region and "
+              "HyStart on); ns-3.37 as it ships.", "",
+              "| buffer | ccjax 20 ms / 80 ms Mbps | ccjax share of 20 ms flow | "
+              "ns-3 20 ms / 80 ms Mbps | ns-3 share of 20 ms flow |", "|---|---|---:|---|---:|"]
+    for buf in (17, 67):
+        spec = link_from_flags(flows=2, bw_mbps=10.0, rtt_ms=[20.0, 80.0], buffer_pkts=buf)
+        ours, _ = ccjax_run(spec, "cubic")
+        ref = ns3_run(dict(flows=2, bw_mbps=10.0, rtt_ms=[20.0, 80.0], buffer_pkts=buf - 1,
+                           loss=0.0, cc="cubic", duration_s=duration_s))
+        raw[f"cubic_rtt_unfairness_{buf}"] = {"ccjax": ours.tolist(), "ns3": ref.tolist()}
+        lines.append(f"| {buf} pkts ({buf / 16.7:.0f} BDP of the 20 ms flow) | "
+                     f"{ours[0]:.2f} / {ours[1]:.2f} | {ours[0] / ours.sum():.2f} | "
+                     f"{ref[0]:.2f} / {ref[1]:.2f} | {ref[0] / ref.sum():.2f} |")
+    lines.append("")
+
+    # 2. BBR against CUBIC: BBR dominates in a shallow buffer, CUBIC in a deep one.
+    lines += ["### BBR against CUBIC", "",
+              f"One BBR and one CUBIC flow, 40 ms, 50 Mbps, {duration_s:g} s, mean of "
+              f"{len(seeds)} seeds.", "",
+              "| buffer | ccjax BBR / CUBIC Mbps | ccjax BBR share | ns-3 BBR / CUBIC Mbps | "
+              "ns-3 BBR share |", "|---|---|---:|---|---:|"]
+    bdp = 50e6 / 8 * 0.04 / 1500
+    for frac in (0.25, 1.0, 4.0):
+        buf = max(1, round(frac * bdp))
+        spec = link_from_flags(flows=2, bw_mbps=50.0, rtt_ms=[40.0], buffer_pkts=buf)
+        ours, _ = ccjax_run(spec, ["bbr", "cubic"])
+        ref = ns3_run(dict(flows=2, bw_mbps=50.0, rtt_ms=[40.0], buffer_pkts=buf - 1, loss=0.0,
+                           cc=["bbr", "cubic"], duration_s=duration_s))
+        raw[f"bbr_vs_cubic_{frac:g}bdp"] = {"ccjax": ours.tolist(), "ns3": ref.tolist()}
+        lines.append(f"| {frac:g} BDP ({buf} pkts) | {ours[0]:.2f} / {ours[1]:.2f} | "
+                     f"{ours[0] / ours.sum():.2f} | {ref[0]:.2f} / {ref[1]:.2f} | "
+                     f"{ref[0] / ref.sum():.2f} |")
+    lines.append("")
+    return "\n".join(lines), raw
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--matrix", choices=("full", "ci"), default="full")
+    ap.add_argument("--duration-s", type=float, default=30.0)
+    ap.add_argument("--workers", type=int, default=2, help="parallel ns-3 processes")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "validation.md")
+    ap.add_argument("--no-classic", action="store_true", help="skip the classic results")
+    args = ap.parse_args(argv)
+
+    sys.path.insert(0, str(ROOT))
+    import jax
+
+    from ccjax import ns3, validation
+
+    t0 = time.perf_counter()
+    ns3.build()
+    scen = (validation.full_matrix if args.matrix == "full" else validation.ci_matrix)(
+        args.duration_s)
+    rows = validation.validate(scen, workers=args.workers)
+    counts = validation.summary_counts(rows)
+    parts = [
+        "# Cross-validation against ns-3",
+        "",
+        "Generated by `.venv/bin/python scripts/validate_ns3.py"
+        + (" --matrix ci" if args.matrix == "ci" else "") + "` "
+        f"on {platform.platform()}, JAX {jax.__version__}, "
+        f"{time.strftime('%Y-%m-%d')}; do not edit by hand.",
+        "",
+        "Each scenario runs in ns-3.37 (`sims/ns3/dumbbell.cc`: TcpNewReno, TcpCubic, TcpVegas "
+        "with SACK and PRR recovery, one ACK per packet, 1448-byte payloads in 1500-byte packets, "
+        "the bottleneck's drop-tail queue the only queue, random loss on data packets before the "
+        "queue) with seeds 1 and 2, and in ccjax's packet model (1 ms ticks). Compared, as the "
+        "issue asks: link utilization (within 0.03), mean queueing delay over packets that "
+        "crossed the bottleneck (within 15 % or 3 ms), loss rate at the bottleneck (within a "
+        "factor of 2 where ns-3's exceeds 0.1 %), Jain's index of the flows' throughputs "
+        "(within 0.05), and the direction of RTT unfairness (the shortest-RTT flow ahead of the "
+        "longest in both). Where ns-3's two seeds differ by more than a tolerance, the "
+        "tolerance is widened to that spread (for loss: the range the seeds span): a difference "
+        "ns-3 shows between two runs of its own is no evidence against the model.",
+        "",
+        "Like with like: ns-3.37's TcpCubic has no Reno-friendly region (RFC 9438 §4.3), so "
+        "ccjax's CUBIC runs without it here; HyStart uses only its delay test on both sides. "
+        "ns-3's TcpVegas doubles its window every RTT in slow start and loses one packet of "
+        "window per loss; ccjax's Vegas is set the same way (its defaults follow the paper and "
+        "Linux). ns-3's queue holds the buffer plus the packet on the wire; it gets one packet "
+        "less. Queueing delay in ns-3 is the wait before transmission; in ccjax until the "
+        "packet group's last byte leaves (up to one packet time more).",
+        "",
+        "## Summary",
+        "",
+        "| check | scenarios within tolerance |",
+        "|---|---:|",
+        *[f"| {k} | {v:.0%} |" for k, v in counts.items()],
+        "",
+    ]
+    for cc in validation.VALIDATED_CC:
+        sub = [r for r in rows if r.scenario.cc == cc]
+        parts += [validation.markdown_table(sub, cc), ""]
+    raw = {"matrix": args.matrix, "rows": validation.as_records(rows)}
+    if not args.no_classic:
+        text, raw["classic"] = classic_results(60.0, (1, 2), args.workers)
+        parts += ["## Classic results reproduced", "", text]
+    parts.append(f"Total wall time {time.perf_counter() - t0:.0f} s.")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(parts) + "\n")
+    args.out.with_suffix(".json").write_text(json.dumps(raw, indent=1))
+    print(f"wrote {args.out} ({counts['all']:.0%} of scenarios within every tolerance)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
