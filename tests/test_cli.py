@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from ccjax.cli import main
@@ -46,6 +47,24 @@ def test_simulate_json_shape(capsys, tmp_path):
     assert png.stat().st_size > 10_000 and png.read_bytes()[:4] == b"\x89PNG"
     code, _, _ = _run(capsys, "simulate", "--duration-s", "1", "--plot", str(pdf))
     assert code == 0 and pdf.read_bytes()[:4] == b"%PDF"
+
+
+def test_simulate_every_controller_on_one_link(capsys):
+    """``--cc`` with one name per flow: every controller shares one link (a Mix)."""
+    names = ["const", "newreno", "cubic", "vegas", "bbr", "copa", "vivace"]
+    code, out, _ = _run(capsys, "simulate", "--json", "--duration-s", "10", "--flows", "7",
+                        "--cc", ",".join(names), "--bw-mbps", "50", "--rate-mbps", "2",
+                        "--start-s", "0")
+    assert code == 0
+    d = json.loads(out)
+    assert [f["cc"] for f in d["flows"]] == names
+    assert d["link"]["utilization"] > 0.9
+    for f in d["flows"]:
+        assert f["throughput_mbps"] > 0.1 and np.isfinite(f["mean_rtt_ms"])
+    assert d["flows"][0]["throughput_mbps"] == pytest.approx(2.0, rel=0.1)  # const at 2 Mbps
+    code, _, err = _run(capsys, "simulate", "--cc", "reno", "--duration-s", "1")
+    _one_line_error(code, err, "cc")
+    assert "newreno" in err and "vivace" in err  # lists what is allowed
 
 
 def test_simulate_scenario_batch(capsys):

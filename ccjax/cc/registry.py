@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from ccjax.cc.base import Controller
+from ccjax.cc.bbr import BBR
 from ccjax.cc.const import Const
 from ccjax.cc.copa import Copa
 from ccjax.cc.cubic import Cubic
 from ccjax.cc.newreno import NewReno
 from ccjax.cc.vegas import Vegas
+from ccjax.cc.vivace import Vivace
 from ccjax.errors import ConfigError
 
 CONTROLLERS: dict[str, Controller] = {
-    c.name: c for c in (Const(), NewReno(), Cubic(), Vegas(), Copa())
+    c.name: c for c in (Const(), NewReno(), Cubic(), Vegas(), BBR(), Copa(), Vivace())
 }
 
 

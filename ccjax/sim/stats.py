@@ -28,14 +28,21 @@ def hist_bin(qdelay_ticks: jnp.ndarray, n_bins: int) -> jnp.ndarray:
     return jnp.where(qdelay_ticks <= 1e-6, 0, b)
 
 
+def hist_edges(n_bins: int, max_val: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """Lower and upper edges (ticks) of the ``n_bins`` bins; the open last bin ends at
+    ``max_val`` (the largest delay observed), broadcast over its leading axes."""
+    g = hist_growth(n_bins)
+    j = jnp.arange(n_bins, dtype=jnp.float32)
+    lo = jnp.where(j <= 1, 0.0, _Q0 * g ** (j - 1))
+    hi = jnp.where(j == 0, 0.0, _Q0 * g**j)
+    hi = jnp.where(j == n_bins - 1, jnp.maximum(jnp.asarray(max_val)[..., None], lo), hi)
+    return jnp.broadcast_to(lo, hi.shape), hi
+
+
 def hist_quantile(hist: jnp.ndarray, q: float, max_val: jnp.ndarray) -> jnp.ndarray:
     """Quantile ``q`` of the histogram(s) ``hist[..., n_bins]`` in ticks; 0 for an empty one."""
     n = hist.shape[-1]
-    g = hist_growth(n)
-    j = jnp.arange(n, dtype=jnp.float32)
-    lo = jnp.where(j <= 1, 0.0, _Q0 * g ** (j - 1))
-    hi = jnp.where(j == 0, 0.0, _Q0 * g**j)
-    hi = jnp.where(j == n - 1, jnp.maximum(max_val[..., None], lo), hi)
+    lo, hi = hist_edges(n, max_val)
     hi = jnp.minimum(hi, jnp.maximum(max_val[..., None], 0.0))
     lo = jnp.minimum(lo, hi)
     tot = hist.sum(-1, keepdims=True)

@@ -1,0 +1,300 @@
+"""BBR v1 and PCC Vivace: their rules on hand-made monitor intervals, and their behaviour on a link.
+
+The rule tests feed ``MIStats`` to a jitted ``on_interval``; the link tests run each controller
+once per model on a batch of two links (a clean 10 Mbps / 40 ms dumbbell with a one-BDP buffer,
+and a lossy one with staggered starts), so that each configuration compiles once.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from ccjax.api import link_from_flags, run_controller
+from ccjax.cc import bbr as bbr_mod
+from ccjax.cc import vivace as viv_mod
+from ccjax.cc.bbr import BBR, CWND_MIN_PKTS, DRAIN, PACING_GAINS, PROBE_BW, PROBE_RTT, STARTUP
+from ccjax.cc.vivace import K_HIGH, K_NONE, PROBING, Vivace
+from ccjax.sim.stats import MIStats
+from ccjax.units import PACKET_BYTES, mbps_to_bytes_per_s
+
+MSS = float(PACKET_BYTES)
+RTT = 0.04
+TICK = 1e-3
+
+
+def mi(acked: float = 0.0, lost: float = 0.0, inflight: float = 0.0, sent: float = 0.0,
+       dur: float = RTT, rtt: float = RTT, rtt_halves: tuple[float, float] | None = None,
+       base_rtt: float = RTT) -> MIStats:
+    """One flow's monitor interval of ``dur`` seconds; byte counts in bytes."""
+    s = MIStats.initial(1, 8, jnp.full(1, base_rtt, jnp.float32), TICK)
+    f = lambda v: jnp.full(1, v, jnp.float32)  # noqa: E731
+    h1, h2 = rtt_halves if rtt_halves is not None else (rtt, rtt)
+    fb = acked + lost
+    return s.replace(
+        duration_s=f(dur), acked_bytes=f(acked), lost_bytes=f(lost), sent_bytes=f(sent),
+        rtt_samples=f(acked), rtt_mean=f(0.5 * (h1 + h2)), rtt_min=f(min(h1, h2, rtt)),
+        rtt_max=f(max(h1, h2, rtt)), rtt_first_half=f(h1), rtt_second_half=f(h2),
+        send_rate=f(sent / dur), delivery_rate=f(acked / dur),
+        loss_rate=f(lost / fb if fb > 0 else 0.0), inflight=f(inflight), srtt=f(rtt))
+
+
+def val(x) -> float:
+    return float(np.asarray(x)[0])
+
+
+@functools.cache
+def stepper(ctl):
+    return jax.jit(ctl.on_interval)
+
+
+# ------------------------------------------------------------------------------------------------
+# BBR: the state machine on hand-made MIs
+
+BW = mbps_to_bytes_per_s(10.0)  # bytes/s
+BDP = BW * RTT
+
+
+def test_bbr_startup_exits_after_three_rounds_without_growth():
+    c = BBR()
+    p = c.default_params(1)
+    s, d = c.init(p, jnp.full(1, RTT))
+    assert val(d.rate) == pytest.approx(bbr_mod.HIGH_GAIN * 10 * MSS / RTT, rel=1e-5)
+    step = stepper(c)
+    # The initial window goes out; nothing is acked yet.
+    s, d = step(s, mi(sent=10 * MSS, inflight=10 * MSS), p)
+    # Delivery rates (as fractions of 10 Mbps): doubling, then below +25% of the last growth
+    # (0.4 -> 0.4 -> 0.44 -> 0.48 < 0.5) for three rounds. Each MI's ACKs cover the bytes in
+    # flight at the previous one, so every MI ends a round.
+    fracs = [0.1, 0.2, 0.4, 0.4, 0.44]
+    modes, counts = [], []
+    for fr in fracs:
+        b = fr * BDP
+        s, d = step(s, mi(acked=b, sent=2 * b, inflight=b), p)
+        modes.append(int(s.mode[0]))
+        counts.append(int(s.full_bw_cnt[0]))
+    assert counts == [0, 0, 0, 1, 2]
+    assert modes == [STARTUP] * 5
+    # BtlBw follows the maximum of the samples (ACK interval = MI + one tick).
+    assert val(s.btlbw) == pytest.approx(0.44 * BW * RTT / (RTT + TICK), rel=1e-4)
+    # The third round without 25% growth: the pipe is full, DRAIN while more than a BDP flies.
+    b = 0.48 * BDP
+    s, d = step(s, mi(acked=b, sent=2 * b, inflight=3 * BDP), p)
+    assert int(s.full_bw_cnt[0]) == 3 and bool(s.full_bw_reached[0])
+    assert int(s.mode[0]) == DRAIN
+    assert val(d.rate) == pytest.approx(bbr_mod.DRAIN_GAIN * val(s.btlbw) * 0.99, rel=1e-4)
+    # Once the flight is down to the estimated BDP: PROBE_BW, never starting in the 3/4 phase.
+    s, d = step(s, mi(acked=3 * BDP, sent=0.1 * BDP, inflight=0.1 * BDP), p)
+    assert int(s.mode[0]) == PROBE_BW
+    assert int(s.cycle_idx[0]) != 1
+
+
+def _probe_bw_state(c: BBR, p, bw: float = BW):
+    """A flow in PROBE_BW with BtlBw = ``bw`` and RTprop = RTT (the state after DRAIN)."""
+    s, _ = c.init(p, jnp.full(1, RTT))
+    ring = jnp.zeros_like(s.bw_ring).at[:, 0].set(bw)
+    return s.replace(mode=jnp.full(1, PROBE_BW, jnp.int32), bw_ring=ring,
+                     full_bw_reached=jnp.ones(1, bool), full_bw=jnp.full(1, bw, jnp.float32),
+                     cycle_idx=jnp.full(1, 2, jnp.int32), cwnd=jnp.full(1, 2 * bw * RTT),
+                     pacing_rate=jnp.full(1, bw, jnp.float32),
+                     snd_hist=jnp.full_like(s.snd_hist, bw))
+
+
+def test_bbr_probe_bw_cycles_through_the_eight_gains():
+    c = BBR()
+    p = c.default_params(1)
+    s = _probe_bw_state(c, p)
+    step = stepper(c)
+    gains, cwnds, btls = [], [], []
+    for k in range(26):
+        g = val(s.pacing_gain) if k else 1.0
+        # The flight follows the gain: 5/4 BDP (and the quanta) is reached in the 5/4 phase.
+        infl = 2.0 * BDP if g > 1 else BDP
+        s, d = step(s, mi(acked=BDP, sent=g * BDP, inflight=infl), p)
+        gains.append(val(s.pacing_gain))
+        cwnds.append(val(d.cwnd))
+        btls.append(val(s.btlbw))
+        assert val(d.rate) == pytest.approx(gains[-1] * val(s.btlbw) * 0.99, rel=1e-4)
+    assert int(s.mode[0]) == PROBE_BW
+    # One phase per RTprop: 16 consecutive MIs are two rotations of the eight-phase cycle.
+    ref = list(PACING_GAINS)
+    i = gains.index(1.25)
+    assert gains[i:i + 16] == pytest.approx(ref + ref)
+    # cwnd = 2 BDP + 3 quanta (2 packets each at this rate), 2 packets more in the 5/4 phase.
+    for g, w, btl in zip(gains, cwnds, btls, strict=True):
+        assert w == pytest.approx(2 * btl * RTT + 6 * MSS + (2 * MSS if g > 1 else 0), rel=1e-4)
+
+
+def test_bbr_random_start_phase_is_deterministic_and_never_the_drain_phase():
+    rtts = jnp.linspace(0.01, 0.2, 64, dtype=jnp.float32)
+    z = jnp.zeros(64, jnp.int32)
+    ph = np.asarray(bbr_mod.random_start_phase(rtts, z, z))
+    assert set(ph.tolist()) <= {0, 2, 3, 4, 5, 6, 7}
+    assert len(set(ph.tolist())) == 7  # all seven phases occur
+    np.testing.assert_array_equal(ph, np.asarray(bbr_mod.random_start_phase(rtts, z, z)))
+    other = np.asarray(bbr_mod.random_start_phase(rtts, z + 1, z))
+    assert (other != ph).any()  # the seed changes the draw
+
+
+def test_bbr_probe_rtt_after_ten_seconds_without_a_new_min():
+    c = BBR()
+    p = c.default_params(1)
+    s = _probe_bw_state(c, p)
+    step = stepper(c)
+    t, entered = 0.0, None
+    # RTT samples never go below RTprop: the filter expires 10 s after the last refresh.
+    while entered is None and t < 11.0:
+        s, d = step(s, mi(acked=BDP, sent=BDP, inflight=BDP, rtt=RTT + 0.002), p)
+        t += RTT
+        if int(s.mode[0]) == PROBE_RTT:
+            entered = t
+    assert entered == pytest.approx(10.0, abs=RTT + 1e-3)
+    assert val(d.cwnd) == CWND_MIN_PKTS * MSS
+    prior = val(s.prior_cwnd)
+    # The flight drains to 4 packets; 4 packets per round come back; after max(200 ms, a round)
+    # at 4 packets BBR returns to PROBE_BW with its old window.
+    left = None
+    for _ in range(20):
+        s, d = step(s, mi(acked=4 * MSS, sent=4 * MSS, inflight=4 * MSS), p)
+        t += RTT
+        if int(s.mode[0]) != PROBE_RTT:
+            left = t
+            break
+        assert val(d.cwnd) == CWND_MIN_PKTS * MSS
+    assert left is not None and left - entered >= 0.2
+    assert int(s.mode[0]) == PROBE_BW
+    assert val(d.cwnd) >= prior
+    # RTprop's timer restarted: no PROBE_RTT again for the next 9 s.
+    assert val(s.rtprop_stamp) == pytest.approx(val(s.clock))
+
+
+# ------------------------------------------------------------------------------------------------
+# Vivace: utility and gradient step
+
+
+def test_vivace_utility_and_latency_filter():
+    p = Vivace().default_params(1)
+    x = 10.0  # Mbps
+    r = jnp.full(1, mbps_to_bytes_per_s(x))
+    u = viv_mod.utility(r, jnp.full(1, 0.02), jnp.full(1, 0.05), p)
+    assert val(u) == pytest.approx(x**0.9 - 900 * x * 0.02 - 11.35 * x * 0.05, rel=1e-5)
+    assert val(viv_mod.utility(r, jnp.zeros(1), jnp.zeros(1), p)) == pytest.approx(x**0.9)
+    # Latency gradient from the half-MI means: (h2 - h1) / (duration / 2).
+    g = viv_mod.latency_gradient(mi(acked=30 * MSS, rtt_halves=(0.040, 0.041)), p.grad_filter,
+                                 p.grad_noise_z)
+    assert val(g) == pytest.approx(0.001 / 0.02, rel=1e-4)
+    # |dRTT/dT| below 0.01 counts as 0 (0.0002 s over 20 ms = 0.01 - a little).
+    g = viv_mod.latency_gradient(mi(acked=30 * MSS, rtt_halves=(0.040, 0.040199)),
+                                 p.grad_filter, p.grad_noise_z)
+    assert val(g) == 0.0
+
+
+def _vivace_round(c, p, s, feedback):
+    """Run one probing round (three MIs) from the round's start; ``feedback(kind)`` gives the
+    (rtt halves, loss) that the MI of that kind produces."""
+    step = stepper(c)
+    for _ in range(3):
+        h, loss = feedback(int(s.fb_kind[0]))
+        pk = 30.0
+        s, d = step(s, mi(acked=(1 - loss) * pk * MSS, lost=loss * pk * MSS, sent=pk * MSS,
+                          rtt_halves=h), p)
+    return s, d
+
+
+def test_vivace_gradient_step_follows_the_utility():
+    c = Vivace()
+    p = c.default_params(1)
+    r0 = mbps_to_bytes_per_s(8.0)
+    s, _ = c.init(p, jnp.full(1, RTT))
+    # Online learning at r0; the MI now ending is the last one of a round.
+    s = s.replace(mode=jnp.full(1, PROBING, jnp.int32), rate=jnp.full(1, r0),
+                  mi_rate=jnp.full(1, r0), mi_kind=jnp.full(1, K_NONE, jnp.int32),
+                  fb_kind=jnp.full(1, K_NONE, jnp.int32), pos=jnp.full(1, 2, jnp.int32))
+    flat = ((RTT, RTT), 0.0)
+    s, d = _vivace_round(c, p, s, lambda kind: flat)  # no probe scored yet: no step
+    s0 = s
+    assert val(s.rate) == pytest.approx(r0)
+    # Next round, clean feedback: the higher rate has the higher utility (x^0.9), so the rate
+    # rises by theta0 * gamma, gamma = (u(1.05 r) - u(0.95 r)) / (0.1 r) (Mbps), at most 5%.
+    s, d = _vivace_round(c, p, s, lambda kind: flat)
+    x = 8.0
+    gamma = ((1.05 * x) ** 0.9 - (0.95 * x) ** 0.9) / (0.1 * x)
+    assert val(s.gradient) == pytest.approx(gamma, rel=1e-3)
+    assert val(s.rate) == pytest.approx(r0 + min(gamma, 0.05 * x) * mbps_to_bytes_per_s(1.0),
+                                        rel=1e-4)
+    assert val(d.rate) > r0  # the next round probes around the higher rate
+
+    # The same round, but r(1+eps) inflated the RTT: lower utility up there, the rate falls
+    # by the change boundary (5%).
+    def inflated(kind):
+        return ((RTT, RTT + 0.002), 0.0) if kind == K_HIGH else flat
+
+    s, d = _vivace_round(c, p, s0, inflated)
+    assert val(s.gradient) < 0
+    assert val(s.rate) == pytest.approx(0.95 * r0, rel=1e-4)
+
+
+# ------------------------------------------------------------------------------------------------
+# On a link
+
+
+def _links():
+    clean = link_from_flags(flows=1, bw_mbps=10.0, rtt_ms=[40.0])  # 1-BDP buffer (33 packets)
+    lossy = link_from_flags(flows=3, bw_mbps=10.0, rtt_ms=[20.0, 40.0, 80.0],
+                            start_s=[0.0, 2.0, 5.0], loss=0.02)
+    return [clean, lossy]
+
+
+@functools.cache
+def _run(name: str, model: str):
+    ctl = {"bbr": BBR(), "vivace": Vivace()}[name]
+    return run_controller(_links(), ctl, duration_s=30.0, model=model)
+
+
+def _assert_finite(res):
+    for leaf in jax.tree.leaves(res.state.cc):
+        a = np.asarray(leaf)
+        if a.dtype.kind == "f":
+            assert np.isfinite(a).all()
+    dec = res.state.decision
+    assert np.isfinite(np.asarray(dec.rate)).all() and (np.asarray(dec.rate) > 0).all()
+    assert np.isfinite(np.asarray(dec.mi_s)).all()
+    assert not np.isnan(np.asarray(dec.cwnd)).any()
+    for i in range(2):
+        s = res.summary(i)
+        for f in s["flows"]:
+            assert np.isfinite(f["throughput_series_mbps"]).all()
+            assert f["throughput_mbps"] > 0.1
+        assert np.isfinite(s["link"]["utilization"])
+
+
+@pytest.mark.parametrize("model", ["packet", "fluid"])
+def test_bbr_on_a_link(model):
+    res = _run("bbr", model)
+    s = res.summary(0)
+    assert s["link"]["utilization"] > 0.9, s["link"]
+    assert 0 < s["link"]["mean_queue_delay_ms"] < 40.0  # at most the buffer
+    # BtlBw close to the capacity, RTprop close to the base RTT.
+    btlbw = float(np.asarray(res.state.cc.btlbw)[0, 0])
+    assert btlbw == pytest.approx(mbps_to_bytes_per_s(10.0), rel=0.07)
+    assert float(np.asarray(res.state.cc.rtprop)[0, 0]) == pytest.approx(0.04, abs=0.003)
+    assert int(np.asarray(res.state.cc.mode)[0, 0]) in (PROBE_BW, PROBE_RTT)
+    # Random loss and staggered starts: no NaN or inf anywhere, every flow gets through.
+    _assert_finite(res)
+    assert res.summary(1)["link"]["utilization"] > 0.8  # BBR v1 shrugs off 2% random loss
+
+
+@pytest.mark.parametrize("model", ["packet", "fluid"])
+def test_vivace_on_a_link(model):
+    res = _run("vivace", model)
+    s = res.summary(0)
+    assert s["link"]["utilization"] > 0.9, s["link"]
+    # Latency-aware: the queue stays well below the buffer's 40 ms.
+    assert s["link"]["mean_queue_delay_ms"] < 10.0, s["link"]
+    assert s["link"]["drop_rate"] < 0.01
+    assert int(np.asarray(res.state.cc.mode)[0, 0]) == PROBING
+    _assert_finite(res)
