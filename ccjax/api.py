@@ -89,10 +89,14 @@ def simulate(
 
 
 def _run_planned(cfg, batch, controller: Controller, params: Any, duration_s: float, seed: int,
-                 series_interval_s: float) -> RunResult:
+                 series_interval_s: float, link_seeds: Sequence[int] | None = None
+                 ) -> RunResult:
     B = int(jax.tree.leaves(batch)[0].shape[0])
     params = jax.tree.map(lambda x: jnp.broadcast_to(x, (B,) + jnp.shape(x)), params)
-    keys = jax.random.split(jax.random.PRNGKey(seed), B)
+    if link_seeds is None:
+        keys = jax.random.split(jax.random.PRNGKey(seed), B)
+    else:
+        keys = jnp.stack([jax.random.PRNGKey(s) for s in link_seeds])
     timeline = make_timeline(duration_s, series_interval_s, cfg.tick_s)
     return run(cfg, controller, batch, params, keys, timeline)
 
@@ -107,12 +111,15 @@ def run_controller(
     seed: int = 0,
     series_interval_s: float = 0.1,
     tick_s: float = 1e-3,
+    link_seeds: Sequence[int] | None = None,
 ) -> RunResult:
     """Run a controller object (not a registered name) on every flow of ``links``.
 
     ``params`` are the controller's dynamic parameters for one link (flow axis ``F`` = the
     largest flow count); ``None`` takes ``controller.default_params(F)``. This is the entry point
-    for controllers under development, tests, and parameter studies."""
+    for controllers under development, tests, and parameter studies. ``link_seeds`` (one per
+    link) makes each link's random draws its own, whatever else is in the batch; by default the
+    links' keys are split from ``seed``."""
     require(model in MODELS, "model", model, f"one of {', '.join(MODELS)}")
     require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s, "> 0 s")
     if not links:
@@ -120,9 +127,17 @@ def run_controller(
     n_flows = max(s.n_flows for s in links)
     cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model)
     batch = build_links(links, cfg, horizon)
+    if link_seeds is not None:
+        link_seeds = list(link_seeds)
+        require(len(link_seeds) == len(links), "link_seeds", link_seeds,
+                f"one integer seed per link ({len(links)})")
+        for s in link_seeds:
+            require(isinstance(s, int) and 0 <= s < 2**32, "link_seeds", s,
+                    "integers from 0 to 2**32 - 1")
     if params is None:
         params = controller.default_params(n_flows)
-    return _run_planned(cfg, batch, controller, params, duration_s, seed, series_interval_s)
+    return _run_planned(cfg, batch, controller, params, duration_s, seed, series_interval_s,
+                        link_seeds)
 
 
 def link_from_flags(
