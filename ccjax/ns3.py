@@ -231,6 +231,7 @@ def run_dumbbell(
     timestamps: bool = True,
     timeout_s: float | None = None,
     hystart_detect: str = "both",
+    hystart: bool = True,
 ) -> dict[str, Any]:
     """Run the ns-3 dumbbell and return its JSON summary (see the module docstring).
 
@@ -245,7 +246,7 @@ def run_dumbbell(
     ``btl_delay_ms`` the bottleneck's one-way delay (``None``: min RTT / 4), ``recovery``
     ``"prr"`` (ns-3's default) or ``"classic"`` (RFC 6582 NewReno / RFC 6675 without PRR),
     ``hystart_detect`` TcpCubic's HyStart tests: ``"both"`` (ns-3's default), ``"delay"`` or
-    ``"packet_train"``.
+    ``"packet_train"``, and ``hystart=False`` turns HyStart off.
     Raises ``ConfigError`` on invalid input (before building) and ``RuntimeError`` if ns-3 fails.
     """
     require(isinstance(flows, int) and not isinstance(flows, bool) and 1 <= flows <= MAX_FLOWS,
@@ -302,7 +303,8 @@ def run_dumbbell(
             f"--warmupS={_num(warmup_s)}",
             f"--recovery={recovery}",
             f"--timestamps={'true' if timestamps else 'false'}",
-            f"--hystartDetect={HYSTART_DETECT[hystart_detect]}"]
+            f"--hystartDetect={HYSTART_DETECT[hystart_detect]}",
+            f"--hystart={'true' if hystart else 'false'}"]
     if stops is not None:
         argv.append("--stopS=" + ",".join(_num(s) for s in stops))
     if jitter_us is not None:

@@ -133,7 +133,8 @@ def main(argv=None) -> int:
         "ns-3 shows between two runs of its own is no evidence against the model.",
         "",
         "Like with like: ns-3.37's TcpCubic has no Reno-friendly region (RFC 9438 §4.3), so "
-        "ccjax's CUBIC runs without it here; HyStart uses only its delay test on both sides. "
+        "ccjax's CUBIC runs without it here; ns-3.37's HyStart never ended a slow start in "
+        "these dumbbells (runs with it on and off are identical), so ccjax's is off too. "
         "ns-3's TcpVegas doubles its window every RTT in slow start and loses one packet of "
         "window per loss; ccjax's Vegas is set the same way (its defaults follow the paper and "
         "Linux). ns-3's queue holds the buffer plus the packet on the wire; it gets one packet "

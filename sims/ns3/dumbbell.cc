@@ -794,6 +794,7 @@ main(int argc, char* argv[])
     bool timestamps = true;
     uint32_t initialCwnd = 10;
     uint32_t hystartDetect = 3;
+    bool hystart = true;
 
     CommandLine cmd(__FILE__);
     cmd.AddValue("flows", "number of flows", flows);
@@ -823,6 +824,7 @@ main(int argc, char* argv[])
     cmd.AddValue("initialCwnd", "initial congestion window, segments", initialCwnd);
     cmd.AddValue("hystartDetect", "TcpCubic HyStart detection: 1 packet train, 2 delay, 3 both "
                  "(ns-3 default)", hystartDetect);
+    cmd.AddValue("hystart", "TcpCubic HyStart on (ns-3 default) or off", hystart);
     cmd.Parse(argc, argv);
 
     // ---- validation
@@ -951,6 +953,7 @@ main(int argc, char* argv[])
     // ns-3.37 declares this attribute as an integer (m_hystartDetect), not an enum.
     NS_ABORT_MSG_IF(hystartDetect < 1 || hystartDetect > 3, "hystartDetect must be 1, 2 or 3");
     Config::SetDefault("ns3::TcpCubic::HyStartDetect", IntegerValue(hystartDetect));
+    Config::SetDefault("ns3::TcpCubic::HyStart", BooleanValue(hystart));
     Config::SetDefault("ns3::TcpL4Protocol::RecoveryType",
                        TypeIdValue(recovery == "prr" ? TcpPrrRecovery::GetTypeId()
                                                      : TcpClassicRecovery::GetTypeId()));
