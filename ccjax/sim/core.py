@@ -261,7 +261,7 @@ def tick(
         qmax=jnp.where(has, jnp.maximum(T.qmax, qd), T.qmax),
         active_ticks=T.active_ticks + active.astype(jnp.float32),
         cap_bytes=T.cap_bytes + service, served=T.served + out[:, 0].sum(),
-        queue_int=T.queue_int + queue.sum(), arrivals=T.arrivals + send.sum(),
+        queue_int=T.queue_int + work, arrivals=T.arrivals + send.sum(),
     )
 
     # 7. MI boundary: latch stats, ask the controller, reset the accumulators.

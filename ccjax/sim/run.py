@@ -79,7 +79,7 @@ def make_runner(cfg: SimConfig, controller: Controller, timeline: Timeline):
         B = links.buffer_bytes.shape[0]
         s = s.replace(tot=jax.tree.map(lambda z: jnp.broadcast_to(z, (B,) + z.shape), zeros))
         s, t = _scan_ticks(cfg, controller, links, cc_params, s, t, n)
-        return (s, t), (s.tot, s.queue.sum(-1))
+        return (s, t), (s.tot, s.work)  # the unserved bytes: what the buffer holds
 
     def run_batch(links: LinkParams, cc_params: Any, keys: jnp.ndarray):
         s = jax.vmap(lambda lk, p, k: init_state(cfg, lk, controller, p, k))(
