@@ -79,6 +79,36 @@ def test_vegas_moves_one_packet_per_rtt_towards_alpha_beta(diff, expect):
     assert pkts(s.cwnd_sent) == pytest.approx(40.0)  # the next MI's RTTs are of this window
 
 
+def test_vegas_ns3_segments_truncates_the_target_and_keeps_whole_segments():
+    # ns-3's TcpVegas::IncreaseWindow: targetCwnd = (uint32) (segCwnd * baseRtt / minRtt), diff
+    # = segCwnd - targetCwnd, cwnd = segCwnd * MSS. Truncation rounds Diff up to a whole packet.
+    c, p, s = vegas_in_ca(40.0)
+    p3 = p.replace(ns3_segments=jnp.ones(1, bool))
+    # Diff = 1.5 < alpha: the real-valued rule grows; ns-3 reads 40 - floor(38.5) = 2: holds.
+    st = mi(acked_pkts=40, rtt_min=rtt_for_diff(40, 1.5))
+    assert pkts(c.on_interval(s, st, p)[1].cwnd) == pytest.approx(41.0, rel=1e-5)
+    assert pkts(c.on_interval(s, st, p3)[1].cwnd) == pytest.approx(40.0, rel=1e-5)
+    # Diff <= 1 grows and Diff > beta shrinks in both; Diff = 3.9 (ns-3: 4) holds in both.
+    for diff, expect in ((0.9, 41.0), (3.9, 40.0), (4.3, 39.0)):
+        st = mi(acked_pkts=40, rtt_min=rtt_for_diff(40, diff))
+        assert pkts(c.on_interval(s, st, p)[1].cwnd) == pytest.approx(expect, rel=1e-5)
+        assert pkts(c.on_interval(s, st, p3)[1].cwnd) == pytest.approx(expect, rel=1e-5)
+    # A window of 40.7 packets (Reno growth) is 40 whole segments to ns-3: +1 gives 41, not 41.7.
+    w = jnp.full(1, 40.7 * MSS)
+    s7 = s.replace(cwnd=w, cwnd_sent=w)
+    st = mi(acked_pkts=40, rtt_min=rtt_for_diff(40.7, 0.5))
+    assert pkts(c.on_interval(s7, st, p)[1].cwnd) == pytest.approx(41.7, rel=1e-5)
+    assert pkts(c.on_interval(s7, st, p3)[1].cwnd) == pytest.approx(41.0, rel=1e-5)
+    # Leaving slow start at Diff = 5.5: real-valued 40 - 5.5 + 1 = 35.5 packets; ns-3
+    # min(segCwnd, targetCwnd + 1) = floor(34.5) + 1 = 35 whole segments.
+    ss = s.replace(ssthresh=jnp.full(1, 1e30))
+    st = mi(acked_pkts=40, rtt_min=rtt_for_diff(40, 5.5))
+    assert pkts(c.on_interval(ss, st, p)[1].cwnd) == pytest.approx(35.5, rel=1e-5)
+    s3, d3 = c.on_interval(ss, st, p3)
+    assert pkts(d3.cwnd) == pytest.approx(35.0, rel=1e-5)
+    assert pkts(s3.ssthresh) <= pkts(s3.cwnd)  # congestion avoidance from now on
+
+
 def test_vegas_diff_uses_the_window_the_samples_were_sent_with():
     # The RTTs reported now are of packets sent under the previous window (30 packets), not the
     # current one (40): at an RTT where 30 (1 - base/RTT) = 1.8 < alpha the window grows, though
@@ -156,6 +186,31 @@ def test_vegas_halves_on_loss_and_resets_on_timeout():
     for _ in range(30):
         s, d = c.on_interval(s, mi(acked_pkts=0, inflight_pkts=21), p)
     assert pkts(d.cwnd) == pytest.approx(1.0)
+
+
+def test_vegas_ns3_loss_keeps_ssthresh_one_packet_below_the_window():
+    # ns-3's TcpVegas::GetSsThresh = max(min(ssthresh, cwnd - MSS), 2 MSS): on a loss the
+    # window loses one packet (Linux: halves), and where IncreaseWindow shrinks the window or
+    # leaves slow start, ssthresh goes one packet below the new window (Linux: to it).
+    c, p, s = vegas_in_ca(40.0)
+    p3 = p.replace(ns3_loss=jnp.ones(1, bool))
+    lossy = mi(acked_pkts=37, lost_pkts=3, inflight_pkts=40, rtt_min=rtt_for_diff(40, 3.0))
+    assert pkts(c.on_interval(s, lossy, p)[1].cwnd) == pytest.approx(20.0)
+    s3, d3 = c.on_interval(s, lossy, p3)
+    assert pkts(d3.cwnd) == pytest.approx(39.0)
+    assert pkts(s3.ssthresh) == pytest.approx(39.0)
+    # Diff > beta in congestion avoidance: 40 -> 39 packets in both; ssthresh 39 vs 38.
+    st = mi(acked_pkts=40, rtt_min=rtt_for_diff(40, 6.0))
+    s1, d1 = c.on_interval(s, st, p)
+    s3, d3 = c.on_interval(s, st, p3)
+    assert pkts(d1.cwnd) == pytest.approx(39.0) and pkts(d3.cwnd) == pytest.approx(39.0)
+    assert pkts(s1.ssthresh) == pytest.approx(39.0)
+    assert pkts(s3.ssthresh) == pytest.approx(38.0)
+    # A loss once the window is back at 40 falls back to that ssthresh: 38, not 39.
+    w40 = jnp.full(1, 40 * MSS)
+    for st_, expect in ((s1, 39.0), (s3, 38.0)):
+        st_ = st_.replace(cwnd=w40, cwnd_sent=w40)
+        assert pkts(c.on_interval(st_, lossy, p3)[1].cwnd) == pytest.approx(expect)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -48,7 +48,21 @@ How the per-ACK sender maps to one MI per RTT:
   ns-3's TcpVegas answers a loss differently (``TcpVegas::GetSsThresh``:
   ``ssthresh = max(min(ssthresh, cwnd - MSS), 2 MSS)``, i.e. one packet less than the window when
   Vegas has been steering it); ``ns3_loss`` selects that response (default off), which the
-  cross-validation against ns-3 uses.
+  cross-validation against ns-3 uses. ns-3 also lowers ssthresh through ``GetSsThresh`` where
+  ``IncreaseWindow`` leaves slow start or shrinks the window, i.e. to one packet below the new
+  window (``tcb->m_ssThresh = GetSsThresh (tcb, 0)`` after ``cwnd`` was set), where Linux
+  (``tcp_vegas_ssthresh``) and the default here lower it to the window itself; ``ns3_loss``
+  does that too. It matters at the next loss, which falls back to ssthresh.
+* ns-3's ``TcpVegas::IncreaseWindow`` does its arithmetic in whole segments: ``segCwnd = cwnd /
+  MSS`` (integer division), ``targetCwnd = (uint32) (segCwnd * baseRtt / minRtt)`` (truncated),
+  ``diff = segCwnd - targetCwnd``, and sets ``cwnd = segCwnd * MSS`` after ``segCwnd++``,
+  ``segCwnd--`` or, leaving slow start, ``segCwnd = min(segCwnd, targetCwnd + 1)``. Truncating
+  the target rounds Diff *up* to a whole packet: a queue of 1.2 packets reads as Diff = 2, so the
+  window grows only while at most one packet is queued (here: while Diff <= 1) and the band in
+  which it holds is 1 < Diff <= 4 rather than 2 <= Diff <= 4: ns-3's Vegas keeps about one packet
+  less in the queue, and with the wider band two flows can hold shares further apart (the
+  short-RTT flow keeps more of what slow start gave it). ``ns3_segments`` selects this (default
+  off: the paper's and Linux's real-valued Diff and windows), for the cross-validation.
 * The window never drops below two packets by Vegas' own decrease (Linux), nor below one packet.
 
 Windows are in bytes (what the simulator enforces), thresholds in packets of ``MSS`` bytes.
@@ -79,7 +93,10 @@ class VegasParams(struct.PyTreeNode):
     gamma: jnp.ndarray  # (F,) packets queued that end slow start (Linux: 1)
     ss_every_other_rtt: jnp.ndarray  # (F,) bool: slow start grows every other RTT (paper)
                                      # or every RTT (Linux, ns-3 TcpVegas)
-    ns3_loss: jnp.ndarray  # (F,) bool: ns-3's loss response (one packet less), not Linux's half
+    ns3_loss: jnp.ndarray  # (F,) bool: ns-3's TcpVegas::GetSsThresh (one packet below the
+                           # window) on a loss (not Linux's half) and where Vegas lowers ssthresh
+    ns3_segments: jnp.ndarray  # (F,) bool: ns-3's whole segments (TcpVegas::IncreaseWindow:
+                               # truncated targetCwnd, integer diff and window), not real values
     init_cwnd_pkts: jnp.ndarray  # (F,) initial window, packets (RFC 6928: 10)
     mi_rtts: jnp.ndarray  # (F,) MI length in smoothed RTTs (one adjustment per RTT)
     min_rto_s: jnp.ndarray  # (F,) RFC 6298 §2.4: 1 s
@@ -111,7 +128,8 @@ class Vegas:
         full = lambda v: jnp.full(n_flows, v, jnp.float32)  # noqa: E731
         return VegasParams(alpha=full(2.0), beta=full(4.0), gamma=full(1.0),
                            ss_every_other_rtt=jnp.ones(n_flows, bool),
-                           ns3_loss=jnp.zeros(n_flows, bool), init_cwnd_pkts=full(10.0),
+                           ns3_loss=jnp.zeros(n_flows, bool),
+                           ns3_segments=jnp.zeros(n_flows, bool), init_cwnd_pkts=full(10.0),
                            mi_rtts=full(1.0), min_rto_s=full(1.0), max_rto_s=full(60.0))
 
     def _decide(self, cwnd: jnp.ndarray, srtt: jnp.ndarray, params: VegasParams) -> Decision:
@@ -142,6 +160,15 @@ class Vegas:
         # What the actual rate fills over BaseRTT (Linux target_cwnd = cwnd BaseRTT / RTT),
         # packets; no more than the measured delivery rate fills (see the module docstring).
         target = jnp.minimum(w_sent - diff, jnp.maximum(stats.delivery_rate, 0.0) * base / MSS)
+        # ns-3's TcpVegas::IncreaseWindow counts in whole segments: segCwnd = cwnd / MSS
+        # (integer division), targetCwnd = (uint32) (segCwnd * baseRtt / minRtt), diff = segCwnd
+        # - targetCwnd. The truncation rounds Diff up to a whole packet (Diff < alpha = 2 only
+        # while the queue holds at most one packet), and the window moves in whole segments.
+        seg = jnp.floor(w_sent + 1e-4)  # (a window of k packets in float32 is k, not k - eps)
+        seg_target = jnp.floor(seg * (1.0 - vegas_diff(1.0, base, rtt)) + 1e-4)
+        diff = jnp.where(p.ns3_segments, seg - seg_target, diff)
+        target = jnp.where(p.ns3_segments, jnp.floor(jnp.minimum(seg_target, target) + 1e-4),
+                           target)
 
         in_ss = cwnd < state.ssthresh
 
@@ -150,16 +177,20 @@ class Vegas:
         reno_ss, rest = slow_start(cwnd, state.ssthresh, ev.acked_new)
         reno = reno_ss + MSS * rest / reno_ss
 
+        # ns-3 keeps the window in whole segments where Vegas sets it: cwnd = segCwnd * MSS,
+        # with segCwnd = cwnd / MSS (integer division) moved by one or set to targetCwnd + 1.
+        cwnd_v = jnp.where(p.ns3_segments, jnp.floor(cwnd / MSS + 1e-4) * MSS, cwnd)
+
         # --- Vegas slow start: double every other RTT (§3.3), leave it once Diff > gamma with the
         # window the actual rate fills, plus one packet (Linux).
         ss_grown = reno_ss
         ss_exit = diff > p.gamma
-        ss_cwnd = jnp.where(ss_exit, jnp.minimum(cwnd, (target + 1.0) * MSS),
+        ss_cwnd = jnp.where(ss_exit, jnp.minimum(cwnd_v, (target + 1.0) * MSS),
                             jnp.where(state.ss_hold & p.ss_every_other_rtt, cwnd, ss_grown))
 
         # --- Vegas congestion avoidance: one packet per RTT towards alpha <= Diff <= beta.
         step = jnp.where(diff < p.alpha, 1.0, jnp.where(diff > p.beta, -1.0, 0.0))
-        ca_cwnd = jnp.maximum(cwnd + step * MSS, jnp.minimum(cwnd, 2.0 * MSS))
+        ca_cwnd = jnp.maximum(cwnd_v + step * MSS, jnp.minimum(cwnd, 2.0 * MSS))
 
         vegas = jnp.where(in_ss, ss_cwnd, ca_cwnd)
         # During recovery the window holds (Linux and ns-3 leave it to loss recovery); Reno grows
@@ -171,7 +202,11 @@ class Vegas:
         # tcp_current_ssthresh, ns-3 TcpVegas::IncreaseWindow), so that it follows a window
         # that has grown and a loss does not fall back to a window long gone.
         shrink = trusted & (ss_exit & in_ss | ~in_ss & (step < 0))
-        ssthresh = jnp.where(shrink, jnp.minimum(state.ssthresh, cwnd_new), state.ssthresh)
+        # (ns-3: GetSsThresh of the window just set, one packet below it; see ``ns3_loss``.)
+        lowered = jnp.where(p.ns3_loss,
+                            jnp.maximum(jnp.minimum(state.ssthresh, cwnd_new - MSS), 2.0 * MSS),
+                            jnp.minimum(state.ssthresh, cwnd_new))
+        ssthresh = jnp.where(shrink, lowered, state.ssthresh)
         ssthresh = jnp.where(trusted & ~in_ss, jnp.maximum(ssthresh, 0.75 * cwnd_new), ssthresh)
 
         # --- Loss episode and timeout: Reno's reactions (RFC 5681 eq. 4, RFC 6582, RFC 6298).

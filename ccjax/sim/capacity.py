@@ -99,3 +99,8 @@ def max_drain_ticks(s: Schedule, backlog_bytes: float) -> float:
     per = float(np.asarray(s.period))
     pb = float(np.asarray(s.period_bytes))
     return per * (backlog_bytes / pb + 2.0)
+
+
+def mean_rate_jnp(s: Schedule) -> jnp.ndarray:
+    """Long-run mean bytes per tick, traceable (the schedule's bytes per period / period)."""
+    return s.period_bytes / jnp.maximum(s.period, 1e-30)

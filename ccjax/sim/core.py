@@ -139,9 +139,15 @@ def _allocate_packets(offered: jnp.ndarray, space: jnp.ndarray, key: jnp.ndarray
 
 def tick(
     cfg: SimConfig, controller: Controller, link: LinkParams, cc_params: Any, s: SimState,
-    t: jnp.ndarray | None = None,
+    t: jnp.ndarray | None = None, live: jnp.ndarray | None = None,
 ) -> SimState:
     """Advance one link by one tick.
+
+    ``live`` (a bool) makes the tick conditional: where it is false the state comes back
+    unchanged. Drivers that vmap a loop in which links stop at different ticks (the RL
+    environment's MIs) pass it instead of selecting between old and new states, because a select
+    would copy the delay lines, the state's only large arrays, every tick; here they are masked
+    row by row.
 
     ``t`` may be passed separately from the state: a driver that vmaps ``tick`` over links
     passes the (common) tick unbatched, so the delay lines are read and written with a plain
@@ -217,14 +223,21 @@ def tick(
     dep = jnp.maximum(jnp.ceil(x).astype(jnp.int32) - 1, t)
     fits = (dep - t) < cfg.queue_horizon
     group = jnp.stack([admit, dropped, admit * qdelay], -1)
-    qline = s.qline.at[dep % cfg.queue_horizon].add(jnp.where(fits, group, 0.0))
+    write = fits if live is None else fits & live
+    # The slot read (and so delivered) last tick is cleared now rather than right after its
+    # read: XLA updates a line in place only if it is never read and then written in the same
+    # tick (otherwise it copies the whole line, every tick). Nothing lands in that slot before
+    # this clear: departures lie at t or later, at most H - 1 ticks ahead.
+    qline = s.qline.at[(t - 1) % cfg.queue_horizon].set(0.0)
+    qline = qline.at[dep % cfg.queue_horizon].add(jnp.where(write, group, 0.0))
     stuck = s.stuck + jnp.where(fits, 0.0, jnp.stack([admit, dropped], -1))
 
     # 5. Departures of tick t, then into the ACK line; feedback returns after the base RTT.
     slot = t % cfg.queue_horizon
     out = qline[slot]
-    qline = qline.at[slot].set(0.0)
     queue = jnp.maximum(s.queue + admit - out[:, 0], 0.0)
+    # Unconditional even when not ``live``: row t holds data H_a ticks old that no read needs
+    # (feedback is read RTT < H_a ticks back), and the next live tick rewrites it.
     aline = s.aline.at[t % cfg.ack_horizon].set(out)
     fb = jnp.take_along_axis(
         aline, ((t - link.rtt_ticks) % cfg.ack_horizon)[None, :, None], axis=0)[0]
@@ -276,13 +289,19 @@ def tick(
     mi = jax.tree.map(pick, MIAccum.zeros(cfg.n_flows, cfg.rtt_bins), mi)
     mi_len = jnp.where(done, _mi_ticks(new_dec.mi_s, cfg), s.mi_len)
 
-    return SimState(
+    new = SimState(
         t=t + 1, key=key, queue=queue, work=work, qline=qline, aline=aline, stuck=stuck,
         credit=credit,
         srtt=srtt, min_rtt=min_rtt, sent=sent, acked=acked, lost=lost, decision=decision,
         cc=cc_state, mi=mi, mi_len=mi_len, mi_count=s.mi_count + done.astype(jnp.int32),
         mi_done=done, last=last, tot=tot,
     )
+    if live is None:
+        return new
+    nil = jnp.zeros((), jnp.float32)  # the delay lines are already masked: keep them out
+    keep = jax.tree.map(lambda n, o: jnp.where(live, n, o),
+                        new.replace(qline=nil, aline=nil), s.replace(qline=nil, aline=nil))
+    return keep.replace(qline=qline, aline=aline)
 
 
 def in_flight(s: SimState, link: LinkParams, cfg: SimConfig) -> jnp.ndarray:
@@ -297,4 +316,7 @@ def in_flight(s: SimState, link: LinkParams, cfg: SimConfig) -> jnp.ndarray:
     written = age <= s.t - 1
     pending = (age[:, None] < link.rtt_ticks[None, :]) & written[:, None]
     a = jnp.where(pending[..., None], s.aline[..., :2], 0.0).sum((0, 2))
-    return a + s.qline[:, :, 1].sum(0) + s.stuck[:, 1]
+    # the queue-line slot of the last tick was delivered already (it is cleared next tick)
+    delivered = (jnp.arange(cfg.queue_horizon) == (s.t - 1) % cfg.queue_horizon) & (s.t > 0)
+    q = jnp.where(delivered[:, None], 0.0, s.qline[:, :, 1]).sum(0)
+    return a + q + s.stuck[:, 1]

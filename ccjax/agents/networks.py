@@ -1,0 +1,67 @@
+"""Networks shared by the agents: MLPs with MOCC's preference sub-network (PN).
+
+MOCC §3.2: "PN takes the application weight vector w as input, and performs feature
+transformation to concatenate with the network state g_{t,eta} to feed both networks"; the trunk
+is "a fully-connected MLP with two hidden layers of 64 and 32 units ... and tanh". The PN's size
+is not given; ``pn_width`` (algos/ppo-mocc.toml) is our choice. Observations put the preference
+first (``ccjax.envs.single_flow``): ``pref_dim`` = 3 for MOCC, 0 for Aurora (no PN).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class PrefTrunk(nn.Module):
+    """obs -> features: [tanh(Dense_pn(w)), history] -> tanh MLP."""
+
+    hidden: Sequence[int] = (64, 32)
+    pref_dim: int = 3
+    pn_width: int = 32
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+        if self.pref_dim:
+            w, hist = obs[..., : self.pref_dim], obs[..., self.pref_dim:]
+            x = jnp.concatenate([nn.tanh(nn.Dense(self.pn_width, name="pn")(w)), hist], -1)
+        else:
+            x = obs
+        for i, h in enumerate(self.hidden):
+            x = nn.tanh(nn.Dense(h, name=f"h{i}")(x))
+        return x
+
+
+class GaussianActor(nn.Module):
+    """Mean from the trunk (linear head), state-independent log std (stable-baselines' PPO,
+    which MOCC used: a ``logstd`` variable, hidden tanh layers, linear mean)."""
+
+    action_dim: int = 1
+    hidden: Sequence[int] = (64, 32)
+    pref_dim: int = 3
+    pn_width: int = 32
+    init_log_std: float = 0.0
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+        x = PrefTrunk(self.hidden, self.pref_dim, self.pn_width, name="trunk")(obs)
+        mean = nn.Dense(self.action_dim, name="mean",
+                        kernel_init=nn.initializers.orthogonal(0.01))(x)
+        log_std = self.param("log_std", nn.initializers.constant(self.init_log_std),
+                             (self.action_dim,))
+        return mean, jnp.broadcast_to(log_std, mean.shape)
+
+
+class Critic(nn.Module):
+    """V(obs) with the same structure as the actor (MOCC §3.2), its own PN."""
+
+    hidden: Sequence[int] = (64, 32)
+    pref_dim: int = 3
+    pn_width: int = 32
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
+        x = PrefTrunk(self.hidden, self.pref_dim, self.pn_width, name="trunk")(obs)
+        return nn.Dense(1, name="v")(x)[..., 0]

@@ -1,0 +1,205 @@
+"""PPO with a preference-conditioned actor and critic: MOCC's learner (MOCC §3.2, Eq. 3-5).
+
+Reads top to bottom: configuration (static) and hyperparameters (dynamic, so a sweep vmaps
+over them), ``init``, ``act``, GAE with the ``valid`` mask, the clipped surrogate with the
+entropy bonus, and ``update``. Aurora is the same learner without the preference input
+(``pref_dim = 0``) and with Aurora's reward in the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import distrax
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from ccjax.agents.base import Trajectory
+from ccjax.agents.networks import Critic, GaussianActor
+
+
+class PPOHyper(struct.PyTreeNode):
+    """Dynamic hyperparameters (vmappable); values and sources in algos/ppo-mocc.toml."""
+
+    lr: jnp.ndarray  # Adam step size (MOCC Table 2: 1e-3)
+    clip: jnp.ndarray  # PPO clip epsilon (MOCC Table 2: 0.2)
+    gamma: jnp.ndarray  # discount (MOCC Table 2: 0.99)
+    lam: jnp.ndarray  # GAE lambda (stable-baselines PPO1 default 0.95; MOCC silent)
+    ent_start: jnp.ndarray  # entropy coefficient beta at iteration 0 (MOCC §3.2: 1)
+    ent_end: jnp.ndarray  # beta after ``ent_iters`` iterations (MOCC §3.2: 0.1)
+    ent_iters: jnp.ndarray  # length of the (linear) decay, in iterations (MOCC: 1000)
+    vf_coef: jnp.ndarray  # value-loss weight (PPO1 adds it with weight 1)
+
+    @classmethod
+    def make(cls, **kw: float) -> PPOHyper:
+        d = dict(lr=1e-3, clip=0.2, gamma=0.99, lam=0.95, ent_start=1.0, ent_end=0.1,
+                 ent_iters=1000.0, vf_coef=1.0)
+        d.update(kw)
+        return cls(**{k: jnp.asarray(v, jnp.float32) for k, v in d.items()})
+
+
+class PPOState(struct.PyTreeNode):
+    actor: dict
+    critic: dict
+    opt: optax.OptState
+    iteration: jnp.ndarray  # () int32 updates done
+    hyper: PPOHyper
+
+
+class PPOAux(struct.PyTreeNode):
+    logp: jnp.ndarray
+    value: jnp.ndarray
+
+
+class PPOMetrics(struct.PyTreeNode):
+    policy_loss: jnp.ndarray
+    value_loss: jnp.ndarray
+    entropy: jnp.ndarray
+    approx_kl: jnp.ndarray
+    clip_frac: jnp.ndarray
+    ent_coef: jnp.ndarray
+    std: jnp.ndarray
+
+
+@dataclass(frozen=True)
+class PPO:
+    """Static configuration: network sizes and the shape of an update."""
+
+    hidden: Sequence[int] = (64, 32)
+    pn_width: int = 32
+    pref_dim: int = 3
+    n_epochs: int = 4
+    n_minibatches: int = 8
+    max_grad_norm: float = 0.5
+    adam_eps: float = 1e-5
+    name: str = "ppo"
+
+    @property
+    def actor_net(self) -> GaussianActor:
+        return GaussianActor(1, tuple(self.hidden), self.pref_dim, self.pn_width)
+
+    @property
+    def critic_net(self) -> Critic:
+        return Critic(tuple(self.hidden), self.pref_dim, self.pn_width)
+
+    def _tx(self) -> optax.GradientTransformation:
+        return optax.chain(optax.clip_by_global_norm(self.max_grad_norm),
+                           optax.inject_hyperparams(optax.adam)(learning_rate=1e-3,
+                                                                eps=self.adam_eps))
+
+    def init(self, key: jnp.ndarray, obs_dim: int, action_dim: int = 1,
+             hyper: PPOHyper | None = None) -> PPOState:
+        hyper = PPOHyper.make() if hyper is None else hyper
+        ka, kc = jax.random.split(key)
+        dummy = jnp.zeros((1, obs_dim), jnp.float32)
+        actor = self.actor_net.init(ka, dummy)
+        critic = self.critic_net.init(kc, dummy)
+        opt = self._tx().init((actor, critic))
+        return PPOState(actor=actor, critic=critic, opt=opt, iteration=jnp.zeros((), jnp.int32),
+                        hyper=hyper)
+
+    def policy(self, actor: dict, obs: jnp.ndarray) -> distrax.Distribution:
+        mean, log_std = self.actor_net.apply(actor, obs)
+        return distrax.MultivariateNormalDiag(mean, jnp.exp(log_std))
+
+    def act(self, state: PPOState, obs: jnp.ndarray, key: jnp.ndarray, explore: bool = True
+            ) -> tuple[jnp.ndarray, PPOAux]:
+        pi = self.policy(state.actor, obs)
+        action = pi.sample(seed=key) if explore else pi.mode()
+        value = self.critic_net.apply(state.critic, obs)
+        return action, PPOAux(logp=pi.log_prob(action), value=value)
+
+    def ent_coef(self, state: PPOState) -> jnp.ndarray:
+        """beta decays linearly from ``ent_start`` to ``ent_end`` over ``ent_iters`` updates
+        (MOCC §3.2 gives the end points; the shape is our choice)."""
+        h = state.hyper
+        f = jnp.clip(state.iteration.astype(jnp.float32) / jnp.maximum(h.ent_iters, 1.0), 0, 1)
+        return h.ent_start + f * (h.ent_end - h.ent_start)
+
+    def gae(self, batch: Trajectory, last_value: jnp.ndarray, gamma: jnp.ndarray,
+            lam: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+        """Generalised advantages over (T, N). A step that is not ``valid`` passes the later
+        advantage through unchanged: no MI ended there, so no time passed for the agent."""
+
+        def back(carry, x):
+            adv_next, v_next = carry
+            r, d, v, ok = x
+            nd = 1.0 - d.astype(jnp.float32)
+            delta = r + gamma * v_next * nd - v
+            adv = delta + gamma * lam * nd * adv_next
+            adv = jnp.where(ok, adv, adv_next)
+            return (adv, v), adv
+
+        _, adv = jax.lax.scan(back, (jnp.zeros_like(last_value), last_value),
+                              (batch.reward, batch.done, batch.aux.value, batch.valid),
+                              reverse=True)
+        return adv, adv + batch.aux.value
+
+    def loss(self, params, mb, ent_coef: jnp.ndarray, hyper: PPOHyper):
+        actor, critic = params
+        obs, action, logp_old, adv, ret, w = mb
+        pi = self.policy(actor, obs)
+        logp = pi.log_prob(action)
+        ratio = jnp.exp(logp - logp_old)
+        # MOCC Eq. 3 in the standard form min(r A, clip(r) A) (the notes, §3.2)
+        surr = jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - hyper.clip, 1 + hyper.clip) * adv)
+        n = jnp.maximum(w.sum(), 1.0)
+        mean = lambda x: (x * w).sum() / n  # noqa: E731
+        ent = mean(pi.entropy())
+        v = self.critic_net.apply(critic, obs)
+        v_loss = mean(0.5 * (v - ret) ** 2)
+        p_loss = -mean(surr)
+        # MOCC Eq. 5: L^{CLIP+E} = L^CLIP + beta H; minimised here with the value loss added.
+        total = p_loss - ent_coef * ent + hyper.vf_coef * v_loss
+        kl = mean((ratio - 1) - (logp - logp_old))
+        cf = mean((jnp.abs(ratio - 1) > hyper.clip).astype(jnp.float32))
+        return total, (p_loss, v_loss, ent, kl, cf)
+
+    def update(self, state: PPOState, batch: Trajectory, key: jnp.ndarray
+               ) -> tuple[PPOState, PPOMetrics]:
+        h = state.hyper
+        last_value = self.critic_net.apply(state.critic, batch.last_obs)
+        adv, ret = self.gae(batch, last_value, h.gamma, h.lam)
+        w = batch.valid.astype(jnp.float32)
+        n = jnp.maximum(w.sum(), 1.0)
+        mu = (adv * w).sum() / n
+        sd = jnp.sqrt(((adv - mu) ** 2 * w).sum() / n) + 1e-8
+        adv = (adv - mu) / sd  # PPO1 normalises advantages per batch
+        flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
+        data = (flat(batch.obs), flat(batch.action), flat(batch.aux.logp), flat(adv),
+                flat(ret), flat(w))
+        size = data[0].shape[0]
+        mb_size = size // self.n_minibatches
+        ent_coef = self.ent_coef(state)
+        tx = self._tx()
+        opt = state.opt
+        # the dynamic learning rate lives in the optimiser state (optax.inject_hyperparams)
+        opt = (opt[0], opt[1]._replace(
+            hyperparams={**opt[1].hyperparams, "learning_rate": h.lr}))
+        grad_fn = jax.value_and_grad(self.loss, has_aux=True)
+
+        def epoch(carry, k):
+            params, opt = carry
+            perm = jax.random.permutation(k, size)[: mb_size * self.n_minibatches]
+            mbs = jax.tree.map(lambda x: x[perm].reshape((self.n_minibatches, mb_size)
+                                                         + x.shape[1:]), data)
+
+            def step(carry, mb):
+                params, opt = carry
+                (_, aux), g = grad_fn(params, mb, ent_coef, h)
+                upd, opt = tx.update(g, opt, params)
+                return (optax.apply_updates(params, upd), opt), aux
+
+            return jax.lax.scan(step, (params, opt), mbs)
+
+        (params, opt), auxs = jax.lax.scan(epoch, ((state.actor, state.critic), opt),
+                                           jax.random.split(key, self.n_epochs))
+        p_loss, v_loss, ent, kl, cf = jax.tree.map(jnp.mean, auxs)
+        std = jnp.exp(params[0]["params"]["log_std"]).mean()
+        new = state.replace(actor=params[0], critic=params[1], opt=opt,
+                            iteration=state.iteration + 1)
+        return new, PPOMetrics(policy_loss=p_loss, value_loss=v_loss, entropy=ent,
+                               approx_kl=kl, clip_frac=cf, ent_coef=ent_coef, std=std)

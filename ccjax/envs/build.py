@@ -1,0 +1,104 @@
+"""Build a ``SingleFlowEnv`` and its ``EnvParams`` from a scenario, validated before tracing."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+import jax.numpy as jnp
+import numpy as np
+
+from ccjax.cc.registry import get_controller
+from ccjax.envs.rewards import get_reward
+from ccjax.envs.single_flow import EnvParams, SingleFlowEnv
+from ccjax.errors import ConfigError, require
+from ccjax.sim.link import MODELS, LinkSpec, build_links, plan
+from ccjax.sim.scenario import Scenario, load_scenario
+from ccjax.units import PACKET_BYTES
+
+
+def check_preference(w: Sequence[float], field: str = "preference") -> np.ndarray:
+    """A preference on the simplex: three weights >= 0 summing to 1 (within 1e-6)."""
+    try:
+        v = np.asarray([float(x) for x in w], np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{field}={w!r} is invalid: three numbers w_thr,w_lat,w_loss") from None
+    require(v.shape == (3,), field, list(w), "three weights w_thr,w_lat,w_loss")
+    require(bool(np.all(np.isfinite(v)) and np.all(v >= 0)), field, list(w),
+            "weights >= 0 that sum to 1")
+    require(abs(v.sum() - 1.0) <= 1e-6, field, list(w), f"weights that sum to 1 (sum {v.sum():g})")
+    return v
+
+
+def make_single_flow(
+    scenario: str | Scenario = "mocc-train",
+    *,
+    pool: int = 256,
+    seed: int = 0,
+    model: str = "fluid",
+    tick_s: float = 1e-3,
+    history: int = 10,
+    episode_len: int = 400,
+    reward: str = "mocc",
+    use_pref: bool = True,
+    preference: Sequence[float] = (1 / 3, 1 / 3, 1 / 3),
+    alpha: float = 0.025,
+    init_rate: tuple[float, float] = (0.3, 1.5),
+    rate_bounds_pkts: tuple[float, float] = (10.0, 1e5),
+    mi_rtts: float = 0.5,
+    cross: str | None = None,
+    n_cross: int = 0,
+    links: Sequence[LinkSpec] | None = None,
+) -> tuple[SingleFlowEnv, EnvParams]:
+    """The environment over ``pool`` links drawn from ``scenario`` with ``seed`` (or over the
+    given ``links``), and its default parameters. ``cross`` names a classic controller that runs
+    ``n_cross`` competing flows beside the agent, on the agent's RTT."""
+    require(isinstance(pool, int) and pool >= 1, "pool", pool, "an integer >= 1")
+    require(model in MODELS, "model", model, f"one of {', '.join(MODELS)}")
+    require(isinstance(history, int) and history >= 1, "history", history, "an integer >= 1")
+    require(isinstance(episode_len, int) and episode_len >= 1, "episode_len", episode_len,
+            "an integer >= 1")
+    reward_fn = get_reward(reward)
+    w = check_preference(preference)
+    require(math.isfinite(alpha) and alpha > 0, "alpha", alpha, "> 0")
+    lo, hi = init_rate
+    require(0 < lo <= hi, "init_rate", init_rate, "0 < low <= high (fractions of capacity)")
+    rmin, rmax = rate_bounds_pkts
+    require(0 < rmin < rmax, "rate_bounds_pkts", rate_bounds_pkts, "0 < min < max packets/s")
+    require(math.isfinite(mi_rtts) and mi_rtts > 0, "mi_rtts", mi_rtts, "> 0 RTTs")
+    require(isinstance(n_cross, int) and n_cross >= 0, "n_cross", n_cross, "an integer >= 0")
+    if cross is not None and n_cross == 0:
+        raise ConfigError(f"n_cross=0 is invalid with cross={cross!r}: give n_cross >= 1")
+    if cross is None and n_cross:
+        raise ConfigError(f"n_cross={n_cross} is invalid without cross: name a controller")
+    controller = get_controller(cross) if cross is not None else None
+
+    if links is None:
+        sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+        specs = sc.sample(seed, pool)
+        duration = sc.duration_s
+    else:
+        specs = list(links)
+        require(len(specs) >= 1, "links", specs, "at least one link")
+        duration = 60.0
+    for s in specs:
+        if s.n_flows != 1:
+            raise ConfigError(f"flows={s.n_flows} is invalid: the single-flow environment takes "
+                              "links of one flow (cross traffic comes from cross=/n_cross=)")
+    if n_cross:
+        specs = [replace(s, rtt_ms=tuple(s.rtt_ms) * (1 + n_cross),
+                         start_s=tuple(s.start_s) * (1 + n_cross),
+                         stop_s=None if s.stop_s is None else tuple(s.stop_s) * (1 + n_cross))
+                 for s in specs]
+    cfg, horizon = plan(specs, duration, n_flows=1 + n_cross, tick_s=tick_s, model=model)
+    pool_params = build_links(specs, cfg, horizon)
+    env = SingleFlowEnv(sim=cfg, history=history, episode_len=episode_len, use_pref=use_pref,
+                        reward=reward_fn, cross=controller)
+    f32 = jnp.float32
+    params = EnvParams(
+        links=pool_params, pref=jnp.asarray(w, f32), alpha=f32(alpha), init_lo=f32(lo),
+        init_hi=f32(hi), min_rate=f32(rmin * PACKET_BYTES), max_rate=f32(rmax * PACKET_BYTES),
+        mi_rtts=f32(mi_rtts),
+        cross=controller.default_params(1 + n_cross) if controller is not None else ())
+    return env, params

@@ -1,0 +1,47 @@
+"""Per-MI observation features of Aurora and MOCC (MOCC §3.1, g_t = <l_t, p_t, q_t>).
+
+Aurora's defaults (PCC-RL ``sender_obs.py``), which MOCC's paper names and uses unchanged:
+
+* sending ratio   l_t = send rate / delivery rate of the MI; 1 when nothing was delivered or the
+  ratio would exceed 1000 (Aurora's guard against a stalled path);
+* latency ratio   p_t = mean RTT of the MI / the smallest per-MI mean RTT of the connection so
+  far (a running minimum over MIs, not the minimum RTT sample: MOCC notes §7.6);
+* latency gradient q_t = (mean RTT of the MI's second half - of its first half) / MI length
+  (Aurora's "sent latency inflation").
+
+All three are ratios, so the policy sees no absolute rate or delay and generalises across link
+speeds (MOCC §6.1, the test links lie far outside the training ranges).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from ccjax.sim.stats import MIStats
+
+#: the value an empty history slot holds: what Aurora's sender reports for an MI without data
+EMPTY = (1.0, 1.0, 0.0)
+N_FEATURES = 3
+
+
+def mi_features(stats: MIStats, min_lat: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """(features (..., 3), updated running minimum of per-MI mean latency) for one MI."""
+    got = stats.rtt_samples > 0
+    lat = stats.rtt_mean
+    new_min = jnp.where(got, jnp.minimum(min_lat, lat), min_lat)
+    thr = stats.delivery_rate
+    send_ratio = jnp.where((thr > 0) & (stats.send_rate < 1000.0 * thr),
+                           stats.send_rate / jnp.maximum(thr, 1e-30), 1.0)
+    lat_ratio = jnp.where(got & jnp.isfinite(new_min), lat / jnp.maximum(new_min, 1e-9), 1.0)
+    grad = (stats.rtt_second_half - stats.rtt_first_half) / jnp.maximum(stats.duration_s, 1e-9)
+    grad = jnp.where(got, grad, 0.0)
+    return jnp.stack([send_ratio, lat_ratio, grad], -1), new_min
+
+
+def empty_history(history: int) -> jnp.ndarray:
+    return jnp.tile(jnp.asarray(EMPTY, jnp.float32), (history, 1))
+
+
+def push(hist: jnp.ndarray, feat: jnp.ndarray) -> jnp.ndarray:
+    """Append the newest MI's features to a (history, 3) window, dropping the oldest."""
+    return jnp.concatenate([hist[1:], feat[None]], 0)

@@ -1,0 +1,280 @@
+"""MOCC's and Aurora's single-flow environment, gymnax-style, over the simulator.
+
+One agent flow (flow 0) per link sends at a rate it changes once per monitor interval (MI);
+optional classic cross traffic (flows 1..F-1) shares the bottleneck. Everything is a pure
+function of explicit pytrees, so a batch of links, preferences and seeds is a ``vmap``:
+
+* ``reset(key, params) -> (obs, state)`` draws a link from ``params.links`` (a pool of links
+  sampled from a scenario before tracing) and an initial rate;
+* ``step(key, state, action, params) -> (obs, state, reward, done, info)`` applies MOCC Eq. 1,
+  runs the simulator tick by tick until the agent's MI ends, and returns the new observation,
+  the scalar reward w^T O, ``done`` at the episode's end and a ``StepInfo`` (vector reward and
+  link metrics); at ``done`` the returned observation and state are a fresh episode's
+  (auto-reset, as gymnax does it). ``step_env`` is the same without the reset. A batch of
+  environments steps through ``ccjax.envs.vec.VecEnv``, which may cut a step short after a
+  budget of ticks: links' MIs differ in length, and waiting for the longest one would idle the
+  rest. A cut step returns ``info.valid`` false and ignores the next action (the MI goes on);
+  learners mask such steps out.
+
+Semantics follow Aurora's simulator (PCC-RL ``network_sim.py``), on which MOCC's is built:
+
+* observation = preference w (3, omitted when ``use_pref`` is false) followed by the history of
+  the last ``history`` MIs' features (sending ratio, latency ratio, latency gradient; oldest
+  first; ``ccjax.envs.features``), flattened: 3 + 3 x 10 = 33 values by default;
+* action a (continuous): rate <- rate x (1 + alpha a) if a >= 0 else rate / (1 - alpha a),
+  alpha = 0.025 (MOCC Eq. 1, Table 2), the result kept within [min_rate, max_rate];
+* the first MI lasts 3 x the link's one-way latency, every later MI 0.5 x the mean RTT measured
+  in the previous MI (Aurora); the initial rate is U(0.3, 1.5) x the link's capacity (Aurora);
+* reward: a pluggable ``RewardFn`` (``ccjax.envs.rewards``), MOCC's Eq. 2 by default, using the
+  link's true capacity over the MI and its base RTT.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from ccjax.cc.base import Controller, Decision
+from ccjax.envs.features import N_FEATURES, empty_history, mi_features, push
+from ccjax.envs.rewards import MIOutcome, RewardFn, mocc_reward
+from ccjax.sim import capacity
+from ccjax.sim.core import SimState, init_state, tick
+from ccjax.sim.link import LinkParams, SimConfig
+from ccjax.sim.stats import MIStats
+
+
+class SlotParams(struct.PyTreeNode):
+    """Parameters of the agent's slot in the simulator (see ``AgentSlot``)."""
+
+    init_rate: jnp.ndarray  # () bytes/s of the agent before its first action
+    mi_rtts: jnp.ndarray  # () MI length in mean RTTs of the previous MI (Aurora: 0.5)
+    first_mi_s: jnp.ndarray  # () length of the first MI (Aurora: 3 x one-way latency)
+    cross: Any  # the cross-traffic controller's params, () without one
+
+
+@dataclass(frozen=True)
+class AgentSlot:
+    """A controller whose flow 0 is driven from outside (the agent sets ``state[0]``, its rate)
+    and whose other flows run a classic ``cross`` controller. It is how the environment reuses
+    the simulator unchanged: to the simulator the agent is one more controller."""
+
+    cross: Controller | None = None
+    name: str = "agent"
+
+    def init(self, params: SlotParams, base_rtt_s: jnp.ndarray) -> tuple[Any, Decision]:
+        F = base_rtt_s.shape[0]
+        rate = jnp.full(F, params.init_rate, jnp.float32)
+        mi = jnp.full(F, params.first_mi_s, jnp.float32)
+        dec = Decision(rate=rate, cwnd=jnp.full(F, jnp.inf, jnp.float32), mi_s=mi)
+        if self.cross is None:
+            return (rate, ()), dec
+        cstate, cdec = self.cross.init(params.cross, base_rtt_s)
+        return (rate, cstate), self._merge(dec, cdec)
+
+    @staticmethod
+    def _merge(agent: Decision, cross: Decision) -> Decision:
+        first = jnp.arange(agent.rate.shape[0]) == 0
+        return jax.tree.map(lambda a, c: jnp.where(first, a, c), agent, cross)
+
+    def on_interval(self, state: Any, stats: MIStats, params: SlotParams):
+        rate, cstate = state
+        dec = Decision(rate=rate, cwnd=jnp.full_like(rate, jnp.inf),
+                       mi_s=params.mi_rtts * stats.rtt_mean)
+        if self.cross is None:
+            return state, dec
+        cstate, cdec = self.cross.on_interval(cstate, stats, params.cross)
+        return (rate, cstate), self._merge(dec, cdec)
+
+
+class EnvParams(struct.PyTreeNode):
+    """Dynamic parameters: a sweep or a batch of preferences is a ``vmap`` over them."""
+
+    links: LinkParams  # pool of links (leading axis P); each episode draws one uniformly
+    pref: jnp.ndarray  # (3,) preference w = (w_thr, w_lat, w_loss) on the simplex
+    alpha: jnp.ndarray  # action scale (MOCC Table 2: 0.025)
+    init_lo: jnp.ndarray  # initial rate drawn from U(init_lo, init_hi) x capacity (Aurora)
+    init_hi: jnp.ndarray
+    min_rate: jnp.ndarray  # bytes/s, rate bounds (Aurora clamps to [40, 1000] packets/s)
+    max_rate: jnp.ndarray
+    mi_rtts: jnp.ndarray  # MI = mi_rtts x mean RTT of the previous MI (Aurora: 0.5)
+    cross: Any = ()  # cross-traffic controller params, () without cross traffic
+
+
+class EnvState(struct.PyTreeNode):
+    sim: SimState
+    link: LinkParams  # the link of this episode
+    rate: jnp.ndarray  # () agent's sending rate, bytes/s
+    hist: jnp.ndarray  # (history, 3) features of the last MIs, oldest first
+    min_lat: jnp.ndarray  # () smallest per-MI mean RTT so far (latency ratio's denominator)
+    step: jnp.ndarray  # () int32 MIs completed in this episode
+    ret: jnp.ndarray  # () scalar reward summed over this episode
+    obj_sum: jnp.ndarray  # (3,) objectives summed over this episode
+    mid: jnp.ndarray  # bool: the agent's MI is still running (a tick budget cut the step short)
+    mi_n0: jnp.ndarray  # () int32 MIs completed when the running MI began
+    mi_t0: jnp.ndarray  # () int32 tick at which the running MI began
+
+
+class StepInfo(struct.PyTreeNode):
+    """What one step measured, for logs and evaluation (no string-keyed dicts)."""
+
+    objectives: jnp.ndarray  # (3,) vector reward O_t
+    utilization: jnp.ndarray  # throughput / capacity over the MI
+    latency_ratio: jnp.ndarray  # mean RTT / base RTT over the MI
+    loss_rate: jnp.ndarray
+    rate: jnp.ndarray  # bytes/s after the action
+    mi_s: jnp.ndarray  # length of the MI just simulated
+    truncated: jnp.ndarray  # bool: the MI hit ``max_mi_ticks`` without ending
+    episode_return: jnp.ndarray  # scalar return of the episode that just ended (else 0)
+    episode_objectives: jnp.ndarray  # (3,) mean objectives of the ended episode (else 0)
+    episode_done: jnp.ndarray  # bool
+    valid: jnp.ndarray  # bool: an MI ended (false: a tick budget ran out first, see VecEnv)
+
+
+@dataclass(frozen=True)
+class SingleFlowEnv:
+    """Static configuration: what changes shapes or code paths (DESIGN principle 2)."""
+
+    sim: SimConfig
+    history: int = 10  # MOCC Table 2: eta = 10 MIs
+    episode_len: int = 400  # Aurora's MAX_STEPS
+    use_pref: bool = True  # False: Aurora's observation, without the preference
+    reward: RewardFn = mocc_reward
+    cross: Controller | None = None
+    max_mi_ticks: int = 60_000  # guard: an MI longer than this ends the step (``truncated``)
+
+    @property
+    def obs_dim(self) -> int:
+        return (3 if self.use_pref else 0) + N_FEATURES * self.history
+
+    @property
+    def action_dim(self) -> int:
+        return 1
+
+    def _slot(self) -> AgentSlot:
+        return AgentSlot(self.cross)
+
+    def _obs(self, hist: jnp.ndarray, params: EnvParams) -> jnp.ndarray:
+        flat = hist.reshape(-1)
+        if not self.use_pref:
+            return flat
+        return jnp.concatenate([params.pref.astype(jnp.float32), flat])
+
+    def reset(self, key: jnp.ndarray, params: EnvParams) -> tuple[jnp.ndarray, EnvState]:
+        k_link, k_rate, k_sim = jax.random.split(key, 3)
+        n = jax.tree.leaves(params.links)[0].shape[0]
+        i = jax.random.randint(k_link, (), 0, n)
+        link = jax.tree.map(lambda x: x[i], params.links)
+        cap = capacity.mean_rate_jnp(link.sched) / self.sim.tick_s
+        u = jax.random.uniform(k_rate, (), minval=params.init_lo, maxval=params.init_hi)
+        rate = jnp.clip(u * cap, params.min_rate, params.max_rate)
+        base = link.rtt_ticks[0].astype(jnp.float32) * self.sim.tick_s
+        sp = SlotParams(init_rate=rate, mi_rtts=params.mi_rtts, first_mi_s=1.5 * base,
+                        cross=params.cross)
+        sim = init_state(self.sim, link, self._slot(), sp, k_sim)
+        hist = empty_history(self.history)
+        st = EnvState(sim=sim, link=link, rate=rate, hist=hist,
+                      min_lat=jnp.asarray(jnp.inf, jnp.float32), step=jnp.zeros((), jnp.int32),
+                      ret=jnp.zeros((), jnp.float32), obj_sum=jnp.zeros(3, jnp.float32),
+                      mid=jnp.zeros((), bool), mi_n0=jnp.zeros((), jnp.int32),
+                      mi_t0=jnp.zeros((), jnp.int32))
+        return self._obs(hist, params), st
+
+    def begin(self, st: EnvState, action: jnp.ndarray, params: EnvParams) -> EnvState:
+        """Start the agent's next MI: apply the action (MOCC Eq. 1) to its rate, in the simulator
+        too. While an MI is still running (``st.mid``) the action is ignored."""
+        new = self._apply(st, action, params)
+        new = new.replace(mid=jnp.ones((), bool), mi_n0=st.sim.mi_count[0], mi_t0=st.sim.t)
+        return jax.tree.map(lambda o, n: jnp.where(st.mid, o, n), st, new)
+
+    def _apply(self, st: EnvState, action: jnp.ndarray, params: EnvParams) -> EnvState:
+        a = jnp.reshape(action, ())
+        # Multiplicative and asymmetric, so +a and -a cancel exactly.
+        rate = jnp.where(a >= 0, st.rate * (1.0 + params.alpha * a),
+                         st.rate / (1.0 - params.alpha * a))
+        rate = jnp.clip(rate, params.min_rate, params.max_rate)
+        sim = st.sim
+        rates, cstate = sim.cc
+        sim = sim.replace(cc=(rates.at[0].set(rate), cstate),
+                          decision=sim.decision._replace(rate=sim.decision.rate.at[0].set(rate)))
+        return st.replace(sim=sim, rate=rate)
+
+    def slot_params(self, st: EnvState, params: EnvParams) -> SlotParams:
+        return SlotParams(init_rate=st.rate, mi_rtts=params.mi_rtts,
+                          first_mi_s=jnp.float32(0.0), cross=params.cross)
+
+    def sim_tick(self, st: EnvState, params: EnvParams, live: jnp.ndarray | None = None
+                 ) -> SimState:
+        return tick(self.sim, self._slot(), st.link, self.slot_params(st, params), st.sim,
+                    live=live)
+
+    def mi_running(self, st: EnvState, sim: SimState) -> jnp.ndarray:
+        """True while the agent's MI that ``begin`` started goes on in ``sim``."""
+        return (sim.mi_count[0] == st.mi_n0) & (sim.t - st.mi_t0 < self.max_mi_ticks)
+
+    def end(self, st: EnvState, sim: SimState, params: EnvParams
+            ) -> tuple[jnp.ndarray, EnvState, jnp.ndarray, jnp.ndarray, StepInfo]:
+        """Observation, reward and info of the MI that ended in ``sim``; if it is still running
+        (a tick budget ran out), the previous observation, reward 0 and ``valid`` false."""
+        running = self.mi_running(st, sim)
+        obs, new, reward, done, info = self._end(st, sim, params)
+        pick = lambda o, n: jnp.where(running, o, n)  # noqa: E731
+        wait = st.replace(sim=sim)
+        new = jax.tree.map(pick, wait, new.replace(mid=jnp.zeros((), bool)))
+        obs = pick(self._obs(st.hist, params), obs)
+        info = jax.tree.map(lambda x: jnp.where(running, jnp.zeros_like(x), x), info)
+        info = info.replace(valid=~running, rate=st.rate)
+        return obs, new, jnp.where(running, 0.0, reward), done & ~running, info
+
+    def _end(self, st: EnvState, sim: SimState, params: EnvParams
+             ) -> tuple[jnp.ndarray, EnvState, jnp.ndarray, jnp.ndarray, StepInfo]:
+        n0, t0 = st.mi_n0, st.mi_t0
+        truncated = sim.mi_count[0] == n0
+        stats = jax.tree.map(lambda x: x[0], sim.last)
+        feat, min_lat = mi_features(stats, st.min_lat)
+        t1 = sim.t.astype(jnp.float32)
+        dur_ticks = (sim.t - t0).astype(jnp.float32)
+        cap = (capacity.cum(st.link.sched, t1) - capacity.cum(st.link.sched, t1 - dur_ticks)) / (
+            jnp.maximum(dur_ticks, 1.0) * self.sim.tick_s)
+        out = MIOutcome(duration_s=stats.duration_s, throughput=stats.delivery_rate,
+                        send_rate=stats.send_rate, capacity=cap, rtt_mean=stats.rtt_mean,
+                        base_rtt=stats.base_rtt, loss_rate=stats.loss_rate,
+                        got_feedback=(stats.acked_bytes + stats.lost_bytes) > 0)
+        reward, obj = self.reward(out, params.pref)
+        hist = push(st.hist, feat)
+        step = st.step + 1
+        done = step >= self.episode_len
+        ret = st.ret + reward
+        obj_sum = st.obj_sum + obj
+        info = StepInfo(
+            objectives=obj, utilization=out.throughput / jnp.maximum(cap, 1e-9),
+            latency_ratio=out.rtt_mean / jnp.maximum(out.base_rtt, 1e-9),
+            loss_rate=out.loss_rate, rate=st.rate, mi_s=stats.duration_s, truncated=truncated,
+            episode_return=jnp.where(done, ret, 0.0),
+            episode_objectives=jnp.where(done, obj_sum / step, 0.0), episode_done=done,
+            valid=jnp.ones((), bool))
+        st = st.replace(sim=sim, hist=hist, min_lat=min_lat, step=step, ret=ret,
+                        obj_sum=obj_sum)
+        return self._obs(hist, params), st, reward, done, info
+
+    def step_env(self, key: jnp.ndarray, st: EnvState, action: jnp.ndarray, params: EnvParams
+                 ) -> tuple[jnp.ndarray, EnvState, jnp.ndarray, jnp.ndarray, StepInfo]:
+        """One MI of the agent, without auto-reset."""
+        del key  # the simulator carries its own key (packet-model draws)
+        st = self.begin(st, action, params)
+        sim = jax.lax.while_loop(lambda s: self.mi_running(st, s),
+                                 lambda s: self.sim_tick(st.replace(sim=s), params), st.sim)
+        return self.end(st, sim, params)
+
+    def step(self, key: jnp.ndarray, st: EnvState, action: jnp.ndarray, params: EnvParams
+             ) -> tuple[jnp.ndarray, EnvState, jnp.ndarray, jnp.ndarray, StepInfo]:
+        """``step_env`` with gymnax's auto-reset: at ``done`` a fresh episode begins."""
+        k_step, k_reset = jax.random.split(key)
+        obs, st, reward, done, info = self.step_env(k_step, st, action, params)
+        obs_r, st_r = self.reset(k_reset, params)
+        st = jax.tree.map(lambda r, s: jnp.where(done, r, s), st_r, st)
+        obs = jnp.where(done, obs_r, obs)
+        return obs, st, reward, done, info

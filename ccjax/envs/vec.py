@@ -1,0 +1,74 @@
+"""A batch of environments stepped as one, with the episode resets done batch-wide.
+
+``SingleFlowEnv.step`` resets an episode with a ``where`` over the whole state, so under ``vmap``
+every step pays for a reset it rarely needs (a fresh simulator state holds the delay lines). All
+episodes of a batch have the same number of MIs, so they end together: ``VecEnv.step`` runs the
+batch's ``step_env`` and resets under one ``lax.cond`` on "any episode ended", which executes the
+reset only on those steps. Semantics are identical to vmapping ``SingleFlowEnv.step``.
+
+Parameters may differ per environment in their preference only (``pref`` of shape (n, 3)); the
+link pool and scalars are shared, which keeps a batch of 1024 envs from holding 1024 copies of
+the pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+
+from ccjax.envs.single_flow import EnvParams, EnvState, SingleFlowEnv, StepInfo
+
+
+def _axes(params: EnvParams) -> EnvParams:
+    shared = jax.tree.map(lambda _: None, params)
+    return shared.replace(pref=0 if params.pref.ndim == 2 else None)
+
+
+@dataclass(frozen=True)
+class VecEnv:
+    """``n`` environments. ``tick_budget`` (ticks, 0 = none) ends a batch step early when some
+    links' MIs are still running: those return ``info.valid`` false and continue their MI at the
+    next step. Without a budget every step waits for the batch's longest MI."""
+
+    env: SingleFlowEnv
+    n: int
+    tick_budget: int = 0
+
+    def reset(self, key: jnp.ndarray, params: EnvParams) -> tuple[jnp.ndarray, EnvState]:
+        keys = jax.random.split(key, self.n)
+        return jax.vmap(self.env.reset, in_axes=(0, _axes(params)))(keys, params)
+
+    def step(self, key: jnp.ndarray, st: EnvState, action: jnp.ndarray, params: EnvParams
+             ) -> tuple[jnp.ndarray, EnvState, jnp.ndarray, jnp.ndarray, StepInfo]:
+        k_reset = key
+        env, ax = self.env, _axes(params)
+        # The MI loop runs at the batch level with a per-link ``live`` mask (see core.tick):
+        # vmapping the single env's while_loop would select, and so copy, every link's delay
+        # lines on every tick.
+        st = jax.vmap(env.begin, in_axes=(0, 0, ax))(st, action, params)
+        running = jax.vmap(env.mi_running)
+        budget = self.tick_budget if self.tick_budget > 0 else jnp.iinfo(jnp.int32).max
+
+        def body(c):
+            sim, k = c
+            live = running(st, sim)
+            sim = jax.vmap(lambda s, sm, lv, p: env.sim_tick(s.replace(sim=sm), p, lv),
+                           in_axes=(0, 0, 0, ax))(st, sim, live, params)
+            return sim, k + 1
+
+        sim, _ = jax.lax.while_loop(
+            lambda c: jnp.any(running(st, c[0])) & (c[1] < budget), body,
+            (st.sim, jnp.zeros((), jnp.int32)))
+        obs, st, reward, done, info = jax.vmap(env.end, in_axes=(0, 0, ax))(st, sim, params)
+
+        def do_reset(args):
+            obs, st = args
+            obs_r, st_r = self.reset(k_reset, params)
+            sel = lambda r, s: jnp.where(  # noqa: E731
+                done.reshape(done.shape + (1,) * (s.ndim - 1)), r, s)
+            return jax.tree.map(sel, obs_r, obs), jax.tree.map(sel, st_r, st)
+
+        obs, st = jax.lax.cond(jnp.any(done), do_reset, lambda a: a, (obs, st))
+        return obs, st, reward, done, info
