@@ -146,11 +146,35 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def cmd_bench_train(args) -> int:
+    from ccjax.bench import bench_train
+
+    n_envs = args.batches[0] if args.batches_given else 1024
+    if n_envs < 2 or args.iters < 1:
+        raise ConfigError(f"--batches {n_envs} / --iters {args.iters} is invalid: n_envs >= 2, "
+                          "iters >= 1")
+    out = bench_train(args.algo, n_envs=n_envs, iters=args.iters)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print(f"ccjax bench train, {out['algo']} on {out['scenario']} ({out['model']} model), "
+          f"{out['n_envs']} envs x {out['n_steps']} steps/iteration, tick budget "
+          f"{out['tick_budget']}: {out['machine']['platform']}, {out['machine']['backend']}")
+    print(f"  env-steps/s (completed MIs): {out['env_steps_per_s']:,.0f}")
+    print(f"  batch env-steps/s:           {out['batch_env_steps_per_s']:,.0f} "
+          f"(valid fraction {out['valid_frac']:.2f})")
+    print(f"  iteration (rollout+update):  {out['iteration_s']:.3f} s")
+    print(f"  compile ({out['iters']}-iteration chunk): {out['compile_s']:.1f} s")
+    return 0
+
+
 def cmd_bench(args) -> int:
     from ccjax.bench import bench_sim
 
+    if args.what == "train":
+        return cmd_bench_train(args)
     if args.what != "sim":
-        raise ConfigError(f"bench={args.what!r} is invalid: known benchmarks are sim")
+        raise ConfigError(f"bench={args.what!r} is invalid: known benchmarks are sim, train")
     for b in args.batches:
         if b < 1:
             raise ConfigError(f"batches={args.batches} is invalid: positive integers")
@@ -202,6 +226,184 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def _set_value(text: str) -> tuple[str, object]:
+    """``table.key=value`` with value parsed as TOML (numbers, lists, strings, booleans)."""
+    from ccjax.algos import tomllib
+
+    key, sep, raw = text.partition("=")
+    if not sep or "." not in key:
+        raise argparse.ArgumentTypeError(f"set={text!r} is invalid: use table.key=value")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return key.strip(), value
+
+
+def _overrides(args) -> dict:
+    ov = dict(args.set or [])
+    for flag, key in (("scenario", "env.scenario"), ("landmarks_step", "train.landmarks_step"),
+                      ("schedule", "train.schedule"), ("iters", "train.iters"),
+                      ("n_envs", "train.n_envs"), ("reward", "env.reward")):
+        v = getattr(args, flag, None)
+        if v is not None:
+            ov[key] = v
+    if getattr(args, "preference", None) is not None:
+        from ccjax.envs.build import check_preference
+
+        ov["env.preference"] = [float(x) for x in check_preference(args.preference)]
+    return ov
+
+
+def _log(args):
+    return None if args.quiet else (lambda s: print(s, file=sys.stderr, flush=True))
+
+
+def _print_summary(summary: dict, out) -> None:
+    print(f"{summary['iterations']} iterations in {summary['train_wall_s']:.1f} s "
+          f"(+ {summary['compile_s_this_session']:.1f} s compile, "
+          f"{summary['eval_wall_s']:.1f} s evaluation), "
+          f"{summary['valid_env_steps_per_s']:,.0f} env-steps/s; "
+          f"{'finished' if summary['done'] else 'stopped early (resume with --resume)'}; "
+          f"run directory {out}")
+
+
+def cmd_train(args) -> int:
+    from ccjax.algos import load_algo
+    from ccjax.train import train
+
+    cfg = load_algo(args.algo, _overrides(args))
+    summary = train(cfg, args.out, seed=args.seed, resume=args.resume,
+                    progress=not args.quiet and sys.stderr.isatty(),
+                    max_iters=args.max_iters, log=_log(args))
+    _print_summary(summary, args.out)
+    return 0
+
+
+def cmd_adapt(args) -> int:
+    from ccjax.train import adapt
+
+    if args.iters is not None and args.iters < 1:
+        raise ConfigError(f"iters={args.iters} is invalid: an integer >= 1")
+    summary = adapt(args.from_dir, args.preference, args.out, replay=not args.no_replay,
+                    iters=args.iters, seed=args.seed, resume=args.resume,
+                    progress=not args.quiet and sys.stderr.isatty(),
+                    max_iters=args.max_iters, log=_log(args))
+    _print_summary(summary, args.out or "(under the source run's adapt/)")
+    return 0
+
+
+def _add_train(sub) -> None:
+    t = sub.add_parser("train", help="train a learned controller (PPO-MOCC, Aurora)",
+                       description="Train an algorithm preset (algos/*.toml) into --out: "
+                       "metrics.csv and eval.csv as they come, orbax checkpoints, the exported "
+                       "policy at the end. --resume continues a killed run.")
+    t.add_argument("--algo", default="ppo-mocc", help="preset name (algos/) or TOML path")
+    t.add_argument("--scenario", help="training scenario (default: the preset's)")
+    t.add_argument("--landmarks-step", type=float, help="landmark grid step (0.1 -> 36)")
+    t.add_argument("--schedule", help="two-phase | all-at-once | fixed")
+    t.add_argument("--preference", type=_floats("preference"),
+                   help="w_thr,w_lat,w_loss for the fixed schedule")
+    t.add_argument("--reward", help="mocc | aurora")
+    t.add_argument("--iters", type=int, help="iterations of the fixed schedule")
+    t.add_argument("--n-envs", type=int, help="parallel environments")
+    t.add_argument("--set", type=_set_value, action="append", metavar="TABLE.KEY=VALUE",
+                   help="override any preset value, e.g. --set hyper.lr=3e-4 (repeatable)")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--out", required=True, help="run directory")
+    t.add_argument("--resume", action="store_true", help="continue the run in --out")
+    t.add_argument("--max-iters", type=int, help="stop after this many iterations (resumable)")
+    t.add_argument("--quiet", action="store_true")
+    a = sub.add_parser("adapt", help="adapt a trained MOCC model to a new preference",
+                       description="Online adaptation (MOCC 4.3) from a training run, with "
+                       "requirement replay unless --no-replay.")
+    a.add_argument("--from", dest="from_dir", required=True, help="a `ccjax train` directory")
+    a.add_argument("--preference", type=_floats("preference"), required=True)
+    a.add_argument("--no-replay", action="store_true", help="no requirement replay")
+    a.add_argument("--iters", type=int, help="iterations (default: the preset's adapt_iters)")
+    a.add_argument("--seed", type=int)
+    a.add_argument("--out", help="run directory (default FROM/adapt/<w>)")
+    a.add_argument("--resume", action="store_true")
+    a.add_argument("--max-iters", type=int, help="stop after this many iterations (resumable)")
+    a.add_argument("--quiet", action="store_true")
+
+
+def _add_eval(sub) -> None:
+    e = sub.add_parser(
+        "eval", help="evaluate trained policies and classic controllers on the same links",
+        description="Run each policy directory (--model) and classic controller (--cc) on the "
+        "same links sampled from a scenario and print one table: per method the means over "
+        "links of utilization, latency ratio, p95 one-way delay, loss, MOCC reward w^T O and "
+        "throughput (definitions: ccjax.evaluate).")
+    e.add_argument("--model", type=_names, default=[],
+                   help="policy directories (holding policy.json), comma-separated")
+    e.add_argument("--cc", type=_names, default=[],
+                   help="classic controllers by name, comma-separated (e.g. cubic,bbr)")
+    e.add_argument("--scenario", default="mocc-test",
+                   help="preset name or TOML path (default mocc-test)")
+    e.add_argument("--links", type=int, default=10, help="links to sample (default 10)")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--duration-s", type=float, default=None,
+                   help="simulated seconds per link (default: the scenario's)")
+    e.add_argument("--preference", type=_floats("preference"), default=None,
+                   help="w_thr,w_lat,w_loss a MOCC policy runs at and rewards are scored with "
+                   "(default: the model's own)")
+    e.add_argument("--sim-model", choices=["packet", "fluid"], default="packet",
+                   help="simulator model (default packet)")
+    e.add_argument("--tick-ms", type=float, default=1.0, help="simulator tick (default 1 ms)")
+    e.add_argument("--init-rate-frac", type=float, default=0.5,
+                   help="a policy's initial rate, fraction of the link capacity (default 0.5)")
+    e.add_argument("--json", action="store_true", help="print one JSON object (with per-link "
+                   "rows)")
+    e.add_argument("--csv", help="also write the table to this CSV file")
+
+
+def cmd_eval(args) -> int:
+    from pathlib import Path
+
+    from ccjax.evaluate import COLUMNS, evaluate, resolve_method
+
+    if not args.model and not args.cc:
+        raise ConfigError("--model and --cc are both empty: give policy directories and/or "
+                          "controller names")
+    if args.csv and not Path(args.csv).resolve().parent.is_dir():
+        raise ConfigError(f"csv={args.csv!r} is invalid: its directory does not exist")
+    pref = args.preference
+    if pref is not None:
+        from ccjax.envs.build import check_preference
+
+        pref = [float(x) for x in check_preference(pref)]
+    methods = ([resolve_method(m, pref, kind="policy") for m in args.model]
+               + [resolve_method(c, kind="controller") for c in args.cc])
+    res = evaluate(methods, args.scenario, args.links, seed=args.seed,
+                   duration_s=args.duration_s, preference=pref, model=args.sim_model,
+                   tick_s=args.tick_ms * 1e-3, init_rate_frac=args.init_rate_frac)
+    if args.csv:
+        res.write_csv(args.csv)
+    if args.json:
+        print(json.dumps(res.to_dict()))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"{res.scenario}: {res.n_links} links x {res.duration_s:g} s, "
+              f"{res.model} model, seed {res.seed}", title_justify="left")
+    heads = ("utilization", "latency ratio", "p95 delay ms", "loss", "reward", "throughput Mbps")
+    for col in ("method", "w", *heads):
+        t.add_column(col, justify="left" if col == "method" else "right")
+    fmt = {"utilization": "{:.3f}", "latency_ratio": "{:.3f}", "p95_delay_ms": "{:.1f}",
+           "loss_rate": "{:.4f}", "reward": "{:.3f}", "throughput_mbps": "{:.2f}"}
+    for r in res.rows:
+        t.add_row(r["method"], ",".join(f"{x:.2g}" for x in r["preference"]),
+                  *(fmt[c].format(r[c]) for c in COLUMNS))
+    c = Console(width=None if sys.stdout.isatty() else 120)
+    c.print(t)
+    c.print("means over links of flow 0; reward = w^T O (MOCC Eq. 2) from the run's totals")
+    if args.csv:
+        c.print(f"table written to {args.csv}")
+    return 0
+
+
 def cmd_scenarios(args) -> int:
     from ccjax.sim.scenario import list_scenarios, load_scenario
 
@@ -224,9 +426,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_simulate(sub)
     b = sub.add_parser("bench", help="measure speed (compile time reported separately)")
-    b.add_argument("what", help="what to benchmark: sim")
+    b.add_argument("what", help="what to benchmark: sim | train")
     b.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")],
-                   default=[1, 64, 1024, 8192])
+                   default=None, help="sim: link batch sizes (default 1,64,1024,8192); train: "
+                   "parallel environments (default 1024)")
+    b.add_argument("--algo", default="ppo-mocc", help="train: algorithm preset")
+    b.add_argument("--iters", type=int, default=10, help="train: iterations timed")
     b.add_argument("--models", type=_names, default=["fluid", "packet"])
     b.add_argument("--duration-s", type=float, default=2.0, help="simulated seconds per run")
     b.add_argument("--tick-ms", type=float, default=1.0, help="simulator tick (default 1 ms)")
@@ -239,6 +444,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="simulated seconds of the ns-3 run (default 30)")
     b.add_argument("--json", action="store_true")
     sub.add_parser("scenarios", help="list scenario presets")
+    _add_train(sub)
+    _add_eval(sub)
     return ap
 
 
@@ -251,6 +458,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = ap.parse_args(argv)
     except SystemExit as e:  # --help, or a usage error already printed as one line
         return int(e.code or 0)
+    if getattr(args, "command", None) == "bench":
+        args.batches_given = args.batches is not None
+        if args.batches is None:
+            args.batches = [1, 64, 1024, 8192]
     try:
         if args.command == "simulate":
             return cmd_simulate(args)
@@ -258,6 +469,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_bench(args)
         if args.command == "scenarios":
             return cmd_scenarios(args)
+        if args.command == "train":
+            return cmd_train(args)
+        if args.command == "adapt":
+            return cmd_adapt(args)
+        if args.command == "eval":
+            return cmd_eval(args)
     except ConfigError as e:
         print(f"ccjax: error: {e}", file=sys.stderr)
         return 2

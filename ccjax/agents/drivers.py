@@ -42,6 +42,8 @@ class RolloutStats(struct.PyTreeNode):
     episode_return: jnp.ndarray  # mean return of episodes that ended (nan if none)
     episodes: jnp.ndarray
     valid_steps: jnp.ndarray
+    env_reward: jnp.ndarray  # (N,) reward summed over each env's valid steps (per-preference
+    env_valid: jnp.ndarray  # (N,) valid steps per env          curves: ccjax.train)
 
 
 def init_runner(venv: VecEnv, agent: Agent, agent_state: Any, params: EnvParams,
@@ -83,24 +85,31 @@ def rollout_stats(tr: Trajectory) -> RolloutStats:
         latency_ratio=m(tr.info.latency_ratio), loss_rate=m(tr.info.loss_rate),
         episode_return=jnp.where(ne > 0, (tr.info.episode_return * ended).sum()
                                  / jnp.maximum(ne, 1.0), jnp.nan),
-        episodes=ne, valid_steps=w.sum())
+        episodes=ne, valid_steps=w.sum(), env_reward=(tr.reward * w).sum(0),
+        env_valid=w.sum(0))
 
 
 def make_chunk(venv: VecEnv, agent: Agent, n_steps: int, n_iters: int):
-    """A jitted ``chunk(agent_state, runner, params) -> (agent_state, runner, (metrics,
-    stats))`` doing ``n_iters`` iterations; metrics and stats have a leading iteration axis."""
+    """A jitted ``chunk(agent_state, runner, params, prefs) -> (agent_state, runner, (metrics,
+    stats))`` doing ``n_iters`` iterations; metrics and stats have a leading iteration axis.
+    ``prefs`` (n_iters, N, 3) gives every environment's preference in every iteration, which is
+    how landmark schedules and requirement replay (ccjax.train) drive one compiled program."""
 
-    def iteration(carry, _):
+    def iteration(carry, pref):
         agent_state, runner, params = carry
-        runner, tr = rollout(venv, agent, agent_state, runner, params, n_steps)
+        if venv.env.use_pref:  # the observation carries the preference (MOCC 3.1): refresh it
+            runner = runner.replace(obs=runner.obs.at[:, :3].set(
+                jnp.broadcast_to(pref, runner.obs[:, :3].shape)))
+        runner, tr = rollout(venv, agent, agent_state, runner, params.replace(pref=pref),
+                             n_steps)
         key, k_upd = jax.random.split(runner.key)
         runner = runner.replace(key=key)
         agent_state, metrics = agent.update(agent_state, tr, k_upd)
         return (agent_state, runner, params), (metrics, rollout_stats(tr))
 
-    def chunk(agent_state, runner: Runner, params: EnvParams):
+    def chunk(agent_state, runner: Runner, params: EnvParams, prefs: jnp.ndarray):
         (agent_state, runner, _), out = jax.lax.scan(iteration, (agent_state, runner, params),
-                                                     None, length=n_iters)
+                                                     prefs, length=n_iters)
         return agent_state, runner, out
 
     return jax.jit(chunk)

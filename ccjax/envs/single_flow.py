@@ -102,6 +102,7 @@ class EnvParams(struct.PyTreeNode):
     max_rate: jnp.ndarray
     mi_rtts: jnp.ndarray  # MI = mi_rtts x mean RTT of the previous MI (Aurora: 0.5)
     cross: Any = ()  # cross-traffic controller params, () without cross traffic
+    link_index: Any = -1  # >= 0: every episode uses this link of the pool (fixed evaluation sets)
 
 
 class EnvState(struct.PyTreeNode):
@@ -166,7 +167,8 @@ class SingleFlowEnv:
     def reset(self, key: jnp.ndarray, params: EnvParams) -> tuple[jnp.ndarray, EnvState]:
         k_link, k_rate, k_sim = jax.random.split(key, 3)
         n = jax.tree.leaves(params.links)[0].shape[0]
-        i = jax.random.randint(k_link, (), 0, n)
+        i = jnp.where(jnp.asarray(params.link_index) >= 0, params.link_index,
+                      jax.random.randint(k_link, (), 0, n))
         link = jax.tree.map(lambda x: x[i], params.links)
         cap = capacity.mean_rate_jnp(link.sched) / self.sim.tick_s
         u = jax.random.uniform(k_rate, (), minval=params.init_lo, maxval=params.init_hi)

@@ -6,8 +6,9 @@ episodes of a batch have the same number of MIs, so they end together: ``VecEnv.
 batch's ``step_env`` and resets under one ``lax.cond`` on "any episode ended", which executes the
 reset only on those steps. Semantics are identical to vmapping ``SingleFlowEnv.step``.
 
-Parameters may differ per environment in their preference only (``pref`` of shape (n, 3)); the
-link pool and scalars are shared, which keeps a batch of 1024 envs from holding 1024 copies of
+Parameters may differ per environment in their preference (``pref`` of shape (n, 3)) and in
+the link each episode uses (``link_index`` of shape (n,)) only; the link pool and scalars are
+shared, which keeps a batch of 1024 envs from holding 1024 copies of
 the pool.
 """
 
@@ -23,7 +24,9 @@ from ccjax.envs.single_flow import EnvParams, EnvState, SingleFlowEnv, StepInfo
 
 def _axes(params: EnvParams) -> EnvParams:
     shared = jax.tree.map(lambda _: None, params)
-    return shared.replace(pref=0 if params.pref.ndim == 2 else None)
+    per_env = jnp.ndim(params.link_index) == 1
+    return shared.replace(pref=0 if params.pref.ndim == 2 else None,
+                          link_index=0 if per_env else None)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,220 @@
+"""Algorithm presets (``algos/*.toml``): an algorithm's hyperparameters, environment and training
+schedule, each value with its source in the file.
+
+A preset has four tables, every key checked (an unknown key or a value of the wrong type is a
+one-line ``ConfigError`` before anything is traced):
+
+* ``[agent]``  static configuration of the learner (network sizes, epochs, minibatches);
+* ``[hyper]``  dynamic hyperparameters (a sweep vmaps over them);
+* ``[env]``    the environment (``ccjax.envs.build.make_single_flow`` arguments);
+* ``[train]``  the batch and the schedule (``ccjax.train``).
+
+``load_algo(name_or_path, overrides)`` returns an ``AlgoConfig``; ``overrides`` maps
+``"table.key"`` to a value, which is how CLI flags such as ``--landmarks-step`` reach it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ccjax.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 only
+    import tomli as tomllib
+
+_NUM = (int, float)
+_SCHEDULES = ("two-phase", "all-at-once", "fixed")
+
+#: every key a table may hold, with its type and a check (None: any value of the type)
+SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
+    "agent": {
+        "hidden": (list, lambda v: len(v) >= 1 and all(isinstance(x, int) and x > 0 for x in v)),
+        "pn_width": (int, lambda v: v > 0),
+        "pref_dim": (int, lambda v: v in (0, 3)),
+        "n_epochs": (int, lambda v: v >= 1),
+        "n_minibatches": (int, lambda v: v >= 1),
+        "max_grad_norm": (_NUM, lambda v: v > 0),
+        "adam_eps": (_NUM, lambda v: v > 0),
+    },
+    "hyper": {
+        "lr": (_NUM, lambda v: v > 0),
+        "clip": (_NUM, lambda v: 0 < v < 1),
+        "gamma": (_NUM, lambda v: 0 < v <= 1),
+        "lam": (_NUM, lambda v: 0 <= v <= 1),
+        "ent_start": (_NUM, lambda v: v >= 0),
+        "ent_end": (_NUM, lambda v: v >= 0),
+        "ent_iters": (_NUM, lambda v: v >= 1),
+        "vf_coef": (_NUM, lambda v: v >= 0),
+    },
+    "env": {
+        "scenario": (str, None),
+        "pool": (int, lambda v: v >= 1),
+        "model": (str, lambda v: v in ("fluid", "packet")),
+        "tick_ms": (_NUM, lambda v: 0 < v <= 100),
+        "history": (int, lambda v: v >= 1),
+        "episode_len": (int, lambda v: v >= 1),
+        "alpha": (_NUM, lambda v: v > 0),
+        "mi_rtts": (_NUM, lambda v: v > 0),
+        "init_rate": (list, lambda v: len(v) == 2 and 0 < v[0] <= v[1]),
+        "rate_bounds_pkts": (list, lambda v: len(v) == 2 and 0 < v[0] < v[1]),
+        "reward": (str, None),
+        "preference": (list, lambda v: len(v) == 3),
+    },
+    "train": {
+        "n_envs": (int, lambda v: v >= 2),
+        "n_steps": (int, lambda v: v >= 1),
+        "tick_budget": (int, lambda v: v >= 0),
+        "chunk": (int, lambda v: v >= 1),
+        "schedule": (str, lambda v: v in _SCHEDULES),
+        "landmarks_step": (_NUM, lambda v: 0 < v <= 1 / 3 + 1e-9),
+        "bootstrap_iters": (int, lambda v: v >= 0),
+        "visit_iters": (int, lambda v: v >= 1),
+        "max_cycles": (int, lambda v: v >= 1),
+        "min_cycles": (int, lambda v: v >= 1),
+        "converge_tol": (_NUM, lambda v: v >= 0),
+        "iters": (int, lambda v: v >= 1),
+        "adapt_iters": (int, lambda v: v >= 1),
+        "eval_every": (int, lambda v: v >= 1),
+        "eval_links": (int, lambda v: v >= 1),
+        "eval_steps": (int, lambda v: v >= 1),
+        "checkpoint_every": (int, lambda v: v >= 1),
+    },
+}
+
+_ALLOWED = {
+    "pref_dim": "0 or 3",
+    "model": "fluid or packet",
+    "schedule": ", ".join(_SCHEDULES),
+    "init_rate": "[low, high] with 0 < low <= high",
+    "rate_bounds_pkts": "[min, max] with 0 < min < max",
+    "landmarks_step": "a grid step in (0, 1/3]",
+    "clip": "in (0, 1)",
+    "gamma": "in (0, 1]",
+    "lam": "in [0, 1]",
+    "hidden": "a list of positive integers",
+    "preference": "three weights",
+}
+
+
+def presets_dir() -> Path:
+    """``ccjax/_presets/algos`` in a wheel, the repo's ``algos/`` in a checkout."""
+    import ccjax
+
+    shipped = Path(ccjax.__file__).parent / "_presets" / "algos"
+    if shipped.is_dir():
+        return shipped
+    return Path(__file__).resolve().parents[1] / "algos"
+
+
+def list_algos() -> list[str]:
+    d = presets_dir()
+    return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+
+
+@dataclass(frozen=True)
+class AlgoConfig:
+    """A loaded, validated preset (plus overrides)."""
+
+    name: str
+    agent: dict[str, Any]
+    hyper: dict[str, float]
+    env: dict[str, Any]
+    train: dict[str, Any]
+    description: str = ""
+    source: str = ""
+    path: str = ""
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "agent": self.agent, "hyper": self.hyper, "env": self.env,
+                "train": self.train, "source": self.source, "path": self.path,
+                "overrides": self.overrides}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> AlgoConfig:
+        tables = {t: dict(d.get(t, {})) for t in SCHEMA}
+        for t, kv in tables.items():
+            _check_table(t, kv, d.get("path", "config"))
+        return cls(name=d["name"], agent=tables["agent"], hyper=tables["hyper"],
+                   env=tables["env"], train=tables["train"], source=d.get("source", ""),
+                   path=d.get("path", ""), overrides=dict(d.get("overrides", {})))
+
+
+def _check_value(table: str, key: str, value: Any, where: str) -> Any:
+    spec = SCHEMA[table].get(key)
+    if spec is None:
+        raise ConfigError(f"{table}.{key} is invalid in {where}: unknown key; allowed: "
+                          f"{', '.join(SCHEMA[table])}")
+    typ, check = spec
+    if typ is _NUM and isinstance(value, bool):
+        ok = False
+    elif typ is _NUM:
+        ok = isinstance(value, _NUM) and math.isfinite(value)
+    elif typ is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, typ)
+    if ok and check is not None:
+        try:
+            ok = bool(check(value))
+        except TypeError:
+            ok = False
+    if not ok:
+        allowed = _ALLOWED.get(key, f"a {typ.__name__ if isinstance(typ, type) else 'number'}"
+                                    " in the allowed range")
+        raise ConfigError(f"{table}.{key}={value!r} is invalid in {where}: {allowed}")
+    return value
+
+
+def _check_table(table: str, kv: dict[str, Any], where: str) -> None:
+    for k, v in kv.items():
+        _check_value(table, k, v, where)
+
+
+def load_algo(name_or_path: str | os.PathLike[str],
+              overrides: dict[str, Any] | None = None) -> AlgoConfig:
+    """Load a preset by name (``"ppo-mocc"``) or a TOML file by path, then apply
+    ``overrides`` (``{"train.landmarks_step": 0.2}``)."""
+    s = os.fspath(name_or_path)
+    if s.endswith(".toml") or "/" in s or os.sep in s:
+        path = Path(s)
+    else:
+        path = presets_dir() / f"{s}.toml"
+        if not path.is_file():
+            raise ConfigError(f"algo={s!r} is invalid: no such preset; available: "
+                              f"{', '.join(list_algos()) or '(none)'} (or a path to a .toml)")
+    if not path.is_file():
+        raise ConfigError(f"algo={s!r} is invalid: file not found")
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path.name} is invalid TOML: {e}") from None
+    where = path.name
+    extra = set(data) - set(SCHEMA) - {"name", "description", "source"}
+    if extra:
+        raise ConfigError(f"{where} is invalid: unknown table or key {sorted(extra)[0]!r}; "
+                          f"allowed: name, description, source, {', '.join(SCHEMA)}")
+    tables = {t: dict(data.get(t, {})) for t in SCHEMA}
+    for t, kv in tables.items():
+        if not isinstance(data.get(t, {}), dict):
+            raise ConfigError(f"{where} is invalid: [{t}] must be a table")
+        _check_table(t, kv, where)
+    overrides = dict(overrides or {})
+    for dotted, v in overrides.items():
+        t, _, k = dotted.partition(".")
+        if t not in SCHEMA or not k:
+            raise ConfigError(f"override {dotted!r} is invalid: use table.key with table one of "
+                              f"{', '.join(SCHEMA)}")
+        tables[t][k] = _check_value(t, k, v, "overrides")
+    return AlgoConfig(name=str(data.get("name", path.stem)), agent=tables["agent"],
+                      hyper=tables["hyper"], env=tables["env"], train=tables["train"],
+                      description=str(data.get("description", "")),
+                      source=str(data.get("source", "")), path=str(path), overrides=overrides)

@@ -1,0 +1,196 @@
+"""Which preference every environment trains on, iteration by iteration (MOCC §4.2-4.3).
+
+A schedule is a sequence of *segments*: a segment runs ``n_iters`` PPO iterations with a
+preference per environment per iteration (``prefs(i)`` -> (n_envs, 3)), and may end with a
+deterministic evaluation. The trainer asks for segment ``k`` given the evaluations so far, so a
+schedule that stops on convergence (two-phase, all-at-once) and one that resumes after a kill
+are the same code: segment ``k`` is a pure function of ``k``, the seed and the history.
+
+* ``TwoPhase``: MOCC's offline training. Phase 1 bootstraps on the three preferences of §4.2
+  (the environments split evenly between them: how the paper mixes them is not said, and one
+  batch holding all three is the vectorised reading); phase 2 visits the landmarks in
+  Algorithm 1's order, ``visit_iters`` iterations each with every environment on that landmark,
+  cycling; after each cycle all landmarks are evaluated and training stops when the mean
+  landmark reward rose by less than ``converge_tol`` (relative) over the cycle.
+* ``AllAtOnce``: every landmark in every batch (environment i on landmark i mod K); evaluated
+  after the same number of iterations as a traversal cycle, same stopping rule, and given the
+  bootstrap's iterations as extra cycles so both variants have the same budget.
+* ``Fixed``: one preference (Aurora, or a single-objective baseline on a preference), optionally
+  with MOCC's requirement replay (Eq. 6): half the environments on the current preference, half
+  on one old preference drawn uniformly per iteration from the stored pool, so the PPO loss is
+  1/2 L(w_i) + 1/2 L(w_j).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ccjax.agents.landmarks import BOOTSTRAP, simplex_grid, traversal_order
+
+
+@dataclass(frozen=True)
+class Segment:
+    phase: str  # "bootstrap" | "traverse" | "all" | "fixed" | "adapt"
+    cycle: int  # traversal cycle (1-based), 0 in the bootstrap / fixed phases
+    label: str  # the landmark visited, or what the batch holds
+    n_iters: int
+    prefs: Callable[[int], np.ndarray]  # iteration within the segment -> (n_envs, 3)
+    evaluate: bool  # evaluate (and judge convergence) when the segment ends
+    n_current: int = 0  # > 0: only the first n_current envs hold the current preference (replay)
+
+
+def spread(prefs: np.ndarray, n_envs: int) -> np.ndarray:
+    """Environment i gets preference i mod K (every preference gets n/K environments)."""
+    prefs = np.asarray(prefs, np.float32)
+    return prefs[np.arange(n_envs) % len(prefs)]
+
+
+def converged(evals: list[float], min_cycles: int, tol: float) -> bool:
+    """True when at least ``min_cycles`` cycles ran and the last one raised the mean landmark
+    reward by less than ``tol`` relative to the cycle before."""
+    if len(evals) < max(min_cycles, 2):
+        return False
+    prev, last = evals[-2], evals[-1]
+    return (last - prev) < tol * max(abs(prev), 1e-9)
+
+
+@dataclass(frozen=True)
+class TwoPhase:
+    n_envs: int
+    step: float = 0.1
+    bootstrap_iters: int = 300
+    visit_iters: int = 5
+    max_cycles: int = 8
+    min_cycles: int = 2
+    converge_tol: float = 0.01
+    landmarks: np.ndarray = field(init=False)
+    order: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        grid = simplex_grid(self.step)
+        object.__setattr__(self, "landmarks", np.asarray(grid, np.float32))
+        order = traversal_order(grid, self.step)
+        object.__setattr__(self, "order", np.asarray(grid[order], np.float32))
+
+    @property
+    def eval_prefs(self) -> np.ndarray:
+        return self.landmarks
+
+    @property
+    def max_iters(self) -> int:
+        return self.bootstrap_iters + self.max_cycles * len(self.order) * self.visit_iters
+
+    def segment(self, k: int, evals: list[float]) -> Segment | None:
+        if k == 0 and self.bootstrap_iters > 0:
+            boot = spread(np.asarray(BOOTSTRAP, np.float32), self.n_envs)
+            return Segment("bootstrap", 0, "bootstrap", self.bootstrap_iters,
+                           lambda i: boot, evaluate=True)
+        j = k - (1 if self.bootstrap_iters > 0 else 0)
+        K = len(self.order)
+        cycle, pos = divmod(j, K)
+        if cycle >= self.max_cycles:
+            return None
+        if pos == 0 and cycle > 0 and converged(evals, self.min_cycles + 1
+                                                if self.bootstrap_iters > 0
+                                                else self.min_cycles, self.converge_tol):
+            return None
+        w = self.order[pos]
+        batch = np.broadcast_to(w, (self.n_envs, 3)).astype(np.float32)
+        return Segment("traverse", cycle + 1, fmt(w), self.visit_iters, lambda i: batch,
+                       evaluate=pos == K - 1)
+
+
+@dataclass(frozen=True)
+class AllAtOnce:
+    n_envs: int
+    step: float = 0.1
+    bootstrap_iters: int = 300
+    visit_iters: int = 5
+    max_cycles: int = 8
+    min_cycles: int = 2
+    converge_tol: float = 0.01
+    landmarks: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "landmarks", np.asarray(simplex_grid(self.step), np.float32))
+
+    @property
+    def eval_prefs(self) -> np.ndarray:
+        return self.landmarks
+
+    @property
+    def cycle_iters(self) -> int:
+        return len(self.landmarks) * self.visit_iters
+
+    @property
+    def n_cycles(self) -> int:
+        # the bootstrap's iterations become extra cycles: both variants get the same budget
+        return self.max_cycles + math.ceil(self.bootstrap_iters / self.cycle_iters)
+
+    @property
+    def max_iters(self) -> int:
+        return self.n_cycles * self.cycle_iters
+
+    def segment(self, k: int, evals: list[float]) -> Segment | None:
+        if k >= self.n_cycles or (k > 0 and converged(evals, self.min_cycles,
+                                                      self.converge_tol)):
+            return None
+        batch = spread(self.landmarks, self.n_envs)
+        return Segment("all", k + 1, f"all {len(self.landmarks)}", self.cycle_iters,
+                       lambda i: batch, evaluate=True)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """One preference for ``iters`` iterations, evaluated every ``eval_every``; with a
+    non-empty ``replay`` pool, requirement replay (MOCC Eq. 6)."""
+
+    n_envs: int
+    preference: tuple[float, float, float]
+    iters: int
+    eval_every: int = 8
+    replay: np.ndarray | None = None  # (M, 3) stored old preferences
+    probe: np.ndarray | None = None  # (P, 3) old preferences evaluated alongside
+    seed: int = 0
+    phase: str = "fixed"
+
+    @property
+    def eval_prefs(self) -> np.ndarray:
+        cur = np.asarray([self.preference], np.float32)
+        if self.probe is None or len(self.probe) == 0:
+            return cur
+        return np.concatenate([cur, np.asarray(self.probe, np.float32)], 0)
+
+    @property
+    def max_iters(self) -> int:
+        return self.iters
+
+    def segment(self, k: int, evals: list[float]) -> Segment | None:
+        start = k * self.eval_every
+        if start >= self.iters:
+            return None
+        n = min(self.eval_every, self.iters - start)
+        cur = np.broadcast_to(np.asarray(self.preference, np.float32), (self.n_envs, 3))
+        if self.replay is None or len(self.replay) == 0:
+            return Segment(self.phase, 0, fmt(self.preference), n, lambda i: cur, True)
+        pool = np.asarray(self.replay, np.float32)
+        half = self.n_envs // 2
+
+        def prefs(i: int) -> np.ndarray:
+            # one old preference per iteration, drawn uniformly (MOCC 4.3); a pure function of
+            # (seed, iteration) so a resumed run draws the same ones
+            rng = np.random.default_rng([self.seed, start + i])
+            out = cur.copy()
+            out[half:] = pool[rng.integers(len(pool))]
+            return out
+
+        return Segment(self.phase, 0, fmt(self.preference) + " +replay", n, prefs, True,
+                       n_current=half)
+
+
+def fmt(w) -> str:
+    return "<" + ",".join(f"{float(x):.2f}" for x in w) + ">"

@@ -1,0 +1,111 @@
+"""A training run's directory: config, metric CSVs written as they come, orbax checkpoints.
+
+Layout of ``DIR``::
+
+    config.json      the resolved algorithm config, seed and schedule (what --resume checks)
+    metrics.csv      one row per PPO iteration
+    eval.csv         one row per (evaluation, preference)
+    checkpoints/     orbax CheckpointManager: agent state + progress (JSON)
+    policy/          the exported actor (ccjax.agents.export), written at the end
+    summary.json     wall and compile times, iterations, convergence, final evaluation
+
+Rows are appended and flushed after every compiled chunk. A checkpoint records how many rows
+each CSV had; resuming truncates rows written after it, so a killed run continues without
+losing finished work and without duplicating a row.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import orbax.checkpoint as ocp
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Atomically (write a temporary file, then rename)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=_default) + "\n")
+    os.replace(tmp, path)
+
+
+def _default(o: Any) -> Any:
+    try:
+        return o.tolist()
+    except AttributeError:
+        return str(o)
+
+
+class CsvLog:
+    """Append-only CSV with a fixed header; ``truncate(n)`` keeps the first n data rows."""
+
+    def __init__(self, path: Path, fields: list[str]):
+        self.path, self.fields = path, fields
+        if not path.exists():
+            with open(path, "w", newline="") as fh:
+                csv.writer(fh).writerow(fields)
+        self.rows = self._count()
+
+    def _count(self) -> int:
+        with open(self.path, newline="") as fh:
+            return max(sum(1 for _ in fh) - 1, 0)
+
+    def append(self, rows: list[dict[str, Any]]) -> None:
+        with open(self.path, "a", newline="") as fh:
+            w = csv.DictWriter(fh, self.fields)
+            for r in rows:
+                w.writerow({k: _cell(r.get(k, "")) for k in self.fields})
+            fh.flush()
+            os.fsync(fh.fileno())
+        self.rows += len(rows)
+
+    def truncate(self, n: int) -> None:
+        with open(self.path, newline="") as fh:
+            lines = fh.readlines()
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(lines[: n + 1]))
+        os.replace(tmp, self.path)
+        self.rows = n
+
+    def read(self) -> list[dict[str, str]]:
+        with open(self.path, newline="") as fh:
+            return list(csv.DictReader(fh))
+
+
+def _cell(v: Any) -> Any:
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return v
+
+
+class Checkpoints:
+    """orbax checkpoints of (agent state, progress JSON), keeping the last ``keep``."""
+
+    def __init__(self, directory: Path, keep: int = 2):
+        self.mngr = ocp.CheckpointManager(
+            directory.resolve(),
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True))
+
+    def latest(self) -> int | None:
+        return self.mngr.latest_step()
+
+    def save(self, step: int, state: Any, progress: dict[str, Any]) -> None:
+        if step in self.mngr.all_steps():
+            # same iteration, newer progress (a segment ended after a periodic checkpoint)
+            self.mngr.delete(step)
+        self.mngr.save(step, args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state),
+            progress=ocp.args.JsonSave(progress)), force=True)
+        self.mngr.wait_until_finished()
+
+    def restore(self, target: Any, step: int | None = None) -> tuple[Any, dict[str, Any]]:
+        step = self.latest() if step is None else step
+        out = self.mngr.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(target), progress=ocp.args.JsonRestore()))
+        return out["state"], dict(out["progress"])
+
+    def close(self) -> None:
+        self.mngr.close()

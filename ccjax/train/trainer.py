@@ -1,0 +1,281 @@
+"""The training loop: a schedule's segments as compiled chunks, with metrics, evaluations,
+checkpoints and resume (DESIGN principle 3).
+
+Each chunk is one jitted call doing ``chunk`` PPO iterations (``ccjax.agents.drivers``); between
+chunks the loop writes metric rows, advances the progress bar and checkpoints. Compilation is
+ahead of time (``lower().compile()``) and timed on its own, so ``summary.json`` reports compile
+time and training wall time separately.
+
+On ``resume`` the agent state, the schedule position and the evaluations so far come from the
+latest checkpoint; the environments start fresh episodes (their simulator state is not saved: it
+is large and a new episode is statistically the same), and the run continues at the next
+iteration. Rows a killed run wrote after its last checkpoint are dropped and redone.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ccjax.agents.drivers import init_runner, make_chunk
+from ccjax.errors import ConfigError
+from ccjax.train.schedules import Segment
+from ccjax.train.setup import Evaluator, Setup
+from ccjax.train.store import Checkpoints, CsvLog, write_json
+
+METRIC_FIELDS = ["iteration", "phase", "cycle", "label", "wall_s", "reward", "reward_current",
+                 "reward_replay", "utilization", "latency_ratio", "loss_rate", "episode_return",
+                 "valid_frac", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac",
+                 "ent_coef", "std"]
+EVAL_FIELDS = ["iteration", "phase", "cycle", "wall_s", "w_thr", "w_lat", "w_loss", "reward",
+               "utilization", "latency_ratio", "loss_rate"]
+
+
+class Trainer:
+    """Runs ``schedule`` on ``setup`` into ``out``.
+
+    ``init_state``: start from this agent state (adaptation) instead of a fresh one.
+    ``meta``: extra JSON recorded in config.json (e.g. where an adaptation started from).
+    """
+
+    def __init__(self, setup: Setup, schedule: Any, out: str | Path, *, resume: bool = False,
+                 init_state: Any = None, meta: dict[str, Any] | None = None,
+                 progress: bool = True, log: Callable[[str], None] | None = None):
+        self.setup, self.schedule, self.out = setup, schedule, Path(out)
+        self.resume, self.init_state, self.progress = resume, init_state, progress
+        self.meta = dict(meta or {})
+        self.log = log or (lambda s: None)
+        t = setup.cfg.train
+        self.chunk = t.get("chunk", 10)
+        self.ckpt_every = t.get("checkpoint_every", 50)
+        self._compiled: dict[int, Any] = {}
+        self.compile_s = 0.0
+
+    # -- run directory -------------------------------------------------------------------------
+    def _config(self) -> dict[str, Any]:
+        return {"algo": self.setup.cfg.to_dict(), "seed": self.setup.seed,
+                "schedule": type(self.schedule).__name__, "meta": self.meta}
+
+    def _open(self) -> None:
+        out = self.out
+        cfg_path = out / "config.json"
+        if cfg_path.exists() and not self.resume:
+            raise ConfigError(f"out={str(out)!r} is invalid: it holds a run already; pass "
+                              "--resume to continue it or choose a new directory")
+        if self.resume and not cfg_path.exists():
+            raise ConfigError(f"out={str(out)!r} is invalid for --resume: no config.json there")
+        out.mkdir(parents=True, exist_ok=True)
+        mine = json.loads(json.dumps(self._config(), default=str))
+        if self.resume:
+            old = json.loads(cfg_path.read_text())
+            for k in ("algo", "seed", "schedule"):
+                if old.get(k) != mine.get(k):
+                    raise ConfigError(f"--resume is invalid: {k} differs from the run in "
+                                      f"{str(out)!r}; resume with the same arguments")
+        else:
+            write_json(cfg_path, mine)
+        self.metrics = CsvLog(out / "metrics.csv", METRIC_FIELDS)
+        self.evals = CsvLog(out / "eval.csv", EVAL_FIELDS)
+        self.ckpt = Checkpoints(out / "checkpoints")
+
+    # -- compiled pieces -----------------------------------------------------------------------
+    def _chunk_fn(self, n: int, args: tuple) -> Any:
+        if n not in self._compiled:
+            s = self.setup
+            t0 = time.perf_counter()
+            fn = make_chunk(s.venv, s.agent, s.cfg.train.get("n_steps", 32), n)
+            self._compiled[n] = fn.lower(*args).compile()
+            self.compile_s += time.perf_counter() - t0
+        return self._compiled[n]
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self, max_iters: int | None = None) -> dict[str, Any]:
+        s = self.setup
+        self._open()
+        key = jax.random.PRNGKey(s.seed)
+        fresh = s.agent.init(jax.random.fold_in(key, 0), s.env.obs_dim, s.env.action_dim,
+                             s.hyper)
+        state = self.init_state if self.init_state is not None else fresh
+        prog: dict[str, Any] = {"iteration": 0, "segment": 0, "seg_iter": 0, "evals": [],
+                                "wall_s": 0.0, "eval_s": 0.0, "metric_rows": 0, "eval_rows": 0,
+                                "valid_steps": 0.0, "done": False}
+        if self.resume and self.ckpt.latest() is not None:
+            state, prog = self.ckpt.restore(state)
+            self.metrics.truncate(prog["metric_rows"])
+            self.evals.truncate(prog["eval_rows"])
+            self.log(f"resumed at iteration {prog['iteration']}")
+        elif self.resume:
+            self.metrics.truncate(0)
+            self.evals.truncate(0)
+        eval_prefs = np.asarray(self.schedule.eval_prefs, np.float32)
+        t = s.cfg.train
+        t0 = time.perf_counter()
+        evaluator = Evaluator(s, len(eval_prefs), t.get("eval_links", 8), t.get("eval_steps", 200))
+        self.eval_build_s = time.perf_counter() - t0
+        total = getattr(self.schedule, "max_iters", None)
+        bar = _Bar(total, prog["iteration"], self.progress)
+        runner = None
+        last_ckpt = prog["iteration"]
+        try:
+            while not prog["done"]:
+                seg: Segment | None = self.schedule.segment(prog["segment"], prog["evals"])
+                if seg is None or (max_iters is not None and prog["iteration"] >= max_iters):
+                    prog["done"] = seg is None
+                    break
+                if runner is None:
+                    runner = init_runner(s.venv, s.agent, state, s.params,
+                                         jax.random.fold_in(key, 1 + prog["iteration"]))
+                while prog["seg_iter"] < seg.n_iters:
+                    n = min(self.chunk, seg.n_iters - prog["seg_iter"])
+                    if max_iters is not None:
+                        n = min(n, max_iters - prog["iteration"])
+                        if n <= 0:
+                            break
+                    prefs = jnp.asarray(np.stack([seg.prefs(prog["seg_iter"] + i)
+                                                  for i in range(n)]))
+                    args = (state, runner, s.params, prefs)
+                    fn = self._chunk_fn(n, args)
+                    t1 = time.perf_counter()
+                    state, runner, (m, st) = fn(*args)
+                    jax.block_until_ready(state)
+                    dt = time.perf_counter() - t1
+                    prog["wall_s"] += dt
+                    rows = self._rows(seg, prog, m, st, dt, n)
+                    self.metrics.append(rows)
+                    prog["valid_steps"] += float(np.sum(np.asarray(st.valid_steps)))
+                    prog["iteration"] += n
+                    prog["seg_iter"] += n
+                    bar.update(n, rows[-1])
+                    if prog["iteration"] - last_ckpt >= self.ckpt_every:
+                        self._save(state, prog)
+                        last_ckpt = prog["iteration"]
+                if prog["seg_iter"] < seg.n_iters:
+                    break  # max_iters reached mid-segment
+                if seg.evaluate:
+                    t1 = time.perf_counter()
+                    res = evaluator(state, eval_prefs)
+                    prog["eval_s"] += time.perf_counter() - t1
+                    prog["evals"].append(float(res["reward"].mean() if len(eval_prefs) > 1
+                                               or seg.n_current == 0 else res["reward"][0]))
+                    if seg.phase in ("fixed", "adapt"):
+                        prog["evals"][-1] = float(res["reward"][0])
+                    self.evals.append([
+                        dict(iteration=prog["iteration"], phase=seg.phase, cycle=seg.cycle,
+                             wall_s=prog["wall_s"], w_thr=float(w[0]), w_lat=float(w[1]),
+                             w_loss=float(w[2]), reward=float(res["reward"][i]),
+                             utilization=float(res["utilization"][i]),
+                             latency_ratio=float(res["latency_ratio"][i]),
+                             loss_rate=float(res["loss_rate"][i]))
+                        for i, w in enumerate(eval_prefs)])
+                    self.log(f"iter {prog['iteration']} {seg.phase} cycle {seg.cycle}: "
+                             f"mean eval reward {prog['evals'][-1]:.4f}")
+                prog["segment"] += 1
+                prog["seg_iter"] = 0
+                self._save(state, prog)
+                last_ckpt = prog["iteration"]
+            self._save(state, prog)
+        finally:
+            bar.close()
+        self.state = state
+        summary = self._summary(prog, eval_prefs)
+        if prog["done"]:
+            self._export(state)
+        write_json(self.out / "summary.json", summary)
+        self.ckpt.close()
+        return summary
+
+    def _save(self, state: Any, prog: dict[str, Any]) -> None:
+        prog["metric_rows"], prog["eval_rows"] = self.metrics.rows, self.evals.rows
+        self.ckpt.save(prog["iteration"], state, prog)
+
+    def _rows(self, seg: Segment, prog: dict[str, Any], m: Any, st: Any, dt: float,
+              n: int) -> list[dict[str, Any]]:
+        m = {k: np.asarray(v) for k, v in m.__dict__.items()} if hasattr(m, "__dict__") else m
+        stn = {k: np.asarray(getattr(st, k)) for k in ("reward", "utilization", "latency_ratio",
+                                                       "loss_rate", "episode_return",
+                                                       "valid_steps", "env_reward",
+                                                       "env_valid")}
+        n_envs = self.setup.venv.n
+        steps = self.setup.cfg.train.get("n_steps", 32)
+        rows = []
+        for i in range(n):
+            er, ev = stn["env_reward"][i], stn["env_valid"][i]
+            row = dict(iteration=prog["iteration"] + i + 1, phase=seg.phase, cycle=seg.cycle,
+                       label=seg.label, wall_s=prog["wall_s"] - dt * (n - 1 - i) / n,
+                       valid_frac=float(stn["valid_steps"][i]) / (n_envs * steps))
+            for k in ("reward", "utilization", "latency_ratio", "loss_rate", "episode_return"):
+                row[k] = float(stn[k][i])
+            if seg.n_current:
+                c = seg.n_current
+                row["reward_current"] = float(er[:c].sum() / max(ev[:c].sum(), 1.0))
+                row["reward_replay"] = float(er[c:].sum() / max(ev[c:].sum(), 1.0))
+            else:
+                row["reward_current"] = row["reward"]
+            for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac",
+                      "ent_coef", "std"):
+                row[k] = float(getattr(m, k)[i]) if not isinstance(m, dict) else float(m[k][i])
+            rows.append(row)
+        return rows
+
+    def _summary(self, prog: dict[str, Any], eval_prefs: np.ndarray) -> dict[str, Any]:
+        last = {}
+        rows = self.evals.read()
+        if rows:
+            it = rows[-1]["iteration"]
+            last = [r for r in rows if r["iteration"] == it]
+        return {"iterations": prog["iteration"], "done": prog["done"],
+                "train_wall_s": round(prog["wall_s"], 3), "eval_wall_s": round(prog["eval_s"], 3),
+                "compile_s_this_session": round(self.compile_s, 3),
+                "valid_env_steps": prog["valid_steps"],
+                "valid_env_steps_per_s": prog["valid_steps"] / max(prog["wall_s"], 1e-9),
+                "evals": prog["evals"], "n_envs": self.setup.venv.n,
+                "backend": jax.default_backend(), "devices": len(jax.devices()),
+                "final_eval": last}
+
+    def _export(self, state: Any) -> None:
+        from ccjax.agents.export import save_policy
+
+        s = self.setup
+        pref = getattr(self.schedule, "preference", None)
+        save_policy(self.out / "policy", s.agent, state.actor, s.env, s.params,
+                    algo=s.cfg.name, preference=None if pref is None else list(pref))
+
+
+class _Bar:
+    """A rich progress bar over iterations (silent when disabled or not a terminal)."""
+
+    def __init__(self, total: int | None, done: int, enabled: bool):
+        self.p = None
+        if not enabled:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.p = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), TimeRemainingColumn(),
+                          TextColumn("{task.fields[info]}"), transient=False)
+        self.p.start()
+        self.task = self.p.add_task("train", total=total, completed=done, info="")
+
+    def update(self, n: int, row: dict[str, Any]) -> None:
+        if self.p is not None:
+            info = (f"{row['phase']} {row['label']} reward {row['reward']:.3f} "
+                    f"util {row['utilization']:.2f}")
+            self.p.update(self.task, advance=n, info=info)
+
+    def close(self) -> None:
+        if self.p is not None:
+            self.p.stop()

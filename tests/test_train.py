@@ -1,0 +1,184 @@
+"""Algorithm presets, training schedules, the training loop's run directory and resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from ccjax.agents.landmarks import BOOTSTRAP, simplex_grid, traversal_order
+from ccjax.algos import list_algos, load_algo
+from ccjax.errors import ConfigError
+from ccjax.train import adapt, make_schedule, train
+from ccjax.train.schedules import AllAtOnce, Fixed, TwoPhase, converged, spread
+
+
+def test_presets_load_with_sources():
+    assert {"ppo-mocc", "aurora"} <= set(list_algos())
+    m = load_algo("ppo-mocc")
+    assert m.agent["hidden"] == [64, 32] and m.agent["pref_dim"] == 3
+    assert (m.hyper["lr"], m.hyper["clip"], m.hyper["gamma"]) == (1e-3, 0.2, 0.99)
+    assert (m.hyper["ent_start"], m.hyper["ent_end"], m.hyper["ent_iters"]) == (0.01, 0.001, 1000)
+    assert m.env["alpha"] == 0.025 and m.env["history"] == 10
+    assert m.train["landmarks_step"] == 0.1
+    a = load_algo("aurora")
+    assert a.agent["hidden"] == [32, 16] and a.agent["pref_dim"] == 0
+    assert a.env["reward"] == "aurora"
+    # every value in the shipped presets carries a comment (its source or the reason)
+    from ccjax.algos import presets_dir
+
+    for name in ("ppo-mocc", "aurora"):
+        for line in (presets_dir() / f"{name}.toml").read_text().splitlines():
+            s = line.strip()
+            if "=" in s and not s.startswith("#") and not s.startswith(("name", "description",
+                                                                        "source")):
+                assert "#" in s, f"{name}.toml: no source for {s!r}"
+
+
+@pytest.mark.parametrize("ov, msg", [
+    ({"train.landmarks_step": 0.5}, "train.landmarks_step=0.5 is invalid"),
+    ({"hyper.clip": 1.5}, "hyper.clip=1.5 is invalid"),
+    ({"agent.hidden": [64, -1]}, "agent.hidden"),
+    ({"train.schedule": "random"}, "train.schedule='random' is invalid"),
+    ({"train.bogus": 1}, "unknown key"),
+    ({"nokey": 1}, "use table.key"),
+    ({"train.n_envs": 2.5}, "train.n_envs=2.5 is invalid"),
+])
+def test_bad_overrides_are_one_line_errors(ov, msg):
+    with pytest.raises(ConfigError, match=msg) as e:
+        load_algo("ppo-mocc", ov)
+    assert "\n" not in str(e.value)
+
+
+def test_unknown_preset_and_bad_file(tmp_path):
+    with pytest.raises(ConfigError, match="no such preset"):
+        load_algo("ppo-nope")
+    p = tmp_path / "x.toml"
+    p.write_text("[agent]\nhidden = [64]\nwidth = 3\n")
+    with pytest.raises(ConfigError, match="agent.width is invalid in x.toml: unknown key"):
+        load_algo(str(p))
+
+
+def test_two_phase_schedule_follows_algorithm_1():
+    s = TwoPhase(12, step=0.1, bootstrap_iters=30, visit_iters=5, max_cycles=3)
+    seg = s.segment(0, [])
+    assert seg.phase == "bootstrap" and seg.n_iters == 30 and seg.evaluate
+    boot = seg.prefs(0)
+    assert boot.shape == (12, 3)
+    # the environments are split evenly between MOCC's three bootstrap preferences
+    for w in BOOTSTRAP:
+        assert np.isclose(boot, w).all(1).sum() == 4
+    grid = simplex_grid(0.1)
+    order = grid[traversal_order(grid, 0.1)]
+    for k in range(36):
+        seg = s.segment(1 + k, [0.5])
+        assert seg.phase == "traverse" and seg.cycle == 1 and seg.n_iters == 5
+        np.testing.assert_allclose(seg.prefs(0), np.broadcast_to(order[k], (12, 3)), atol=1e-6)
+        assert seg.evaluate == (k == 35)
+    assert s.max_iters == 30 + 3 * 36 * 5
+    # after the cap of cycles there is nothing left
+    assert s.segment(1 + 3 * 36, [0.5, 0.6, 0.7, 0.8]) is None
+
+
+def test_convergence_stops_traversal():
+    assert not converged([0.5], 1, 0.01)
+    assert converged([0.80, 0.801], 1, 0.01)
+    assert not converged([0.80, 0.85], 1, 0.01)
+    s = TwoPhase(6, step=0.25, bootstrap_iters=2, visit_iters=1, max_cycles=10, min_cycles=2)
+    # evals: after bootstrap, after cycle 1, after cycle 2 (no gain) -> stop before cycle 3
+    assert s.segment(1 + 3, [0.5, 0.7]) is not None  # cycle 2 starts: only one cycle judged
+    assert s.segment(1 + 6, [0.5, 0.7, 0.7001]) is None
+
+
+def test_all_at_once_has_the_same_budget():
+    a = AllAtOnce(72, step=0.1, bootstrap_iters=180, visit_iters=5, max_cycles=4)
+    t = TwoPhase(72, step=0.1, bootstrap_iters=180, visit_iters=5, max_cycles=4)
+    assert a.max_iters == t.max_iters
+    seg = a.segment(0, [])
+    p = seg.prefs(0)
+    # every landmark trains in the same batch, twice each with 72 envs
+    assert len(np.unique(p, axis=0)) == 36
+    np.testing.assert_allclose(p, spread(simplex_grid(0.1), 72))
+
+
+def test_requirement_replay_batches():
+    pool = np.asarray(simplex_grid(0.25), np.float32)
+    f = Fixed(8, (0.5, 0.2, 0.3), iters=20, eval_every=8, replay=pool, probe=pool, seed=3)
+    seg = f.segment(0, [])
+    assert seg.n_current == 4 and seg.n_iters == 8
+    p = seg.prefs(2)
+    # MOCC Eq. 6: half on the current preference, half on one stored old preference
+    np.testing.assert_allclose(p[:4], np.broadcast_to([0.5, 0.2, 0.3], (4, 3)), atol=1e-6)
+    assert len(np.unique(p[4:], axis=0)) == 1
+    assert any(np.allclose(p[4], w) for w in pool)
+    # a pure function of (seed, iteration): a resumed run replays the same preferences
+    np.testing.assert_array_equal(p, f.segment(0, []).prefs(2))
+    olds = {tuple(f.segment(k, []).prefs(i)[4]) for k in range(3) for i in range(4)}
+    assert len(olds) > 1
+    assert f.segment(2, []).n_iters == 4 and f.segment(3, []) is None
+    assert f.eval_prefs.shape == (1 + len(pool), 3)
+    no = Fixed(8, (0.5, 0.2, 0.3), iters=8)
+    assert no.segment(0, []).n_current == 0
+
+
+TINY = {"train.n_envs": 8, "train.n_steps": 8, "train.bootstrap_iters": 4,
+        "train.visit_iters": 1, "train.landmarks_step": 0.25, "train.max_cycles": 2,
+        "train.min_cycles": 2, "train.eval_links": 1, "train.eval_steps": 8, "train.chunk": 2,
+        "env.pool": 4, "train.checkpoint_every": 2, "train.adapt_iters": 4,
+        "train.eval_every": 2, "env.episode_len": 20, "agent.n_minibatches": 2}
+
+
+def _rows(path):
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.mark.slow
+def test_train_resume_and_adapt(tmp_path):
+    cfg = load_algo("ppo-mocc", TINY)
+    out = tmp_path / "run"
+    # a run stopped after 5 iterations (as if killed), then resumed to the end
+    s1 = train(cfg, out, progress=False, max_iters=5)
+    assert not s1["done"] and s1["iterations"] == 5
+    with pytest.raises(ConfigError, match="holds a run already"):
+        train(cfg, out, progress=False)
+    s2 = train(cfg, out, resume=True, progress=False)
+    assert s2["done"]
+    total = 4 + 2 * 3  # bootstrap + two cycles over the 3 landmarks of step 1/4
+    assert s2["iterations"] == total
+    rows = _rows(out / "metrics.csv")
+    assert [int(r["iteration"]) for r in rows] == list(range(1, total + 1))
+    assert [r["phase"] for r in rows[:4]] == ["bootstrap"] * 4
+    ev = _rows(out / "eval.csv")
+    # one evaluation of the 3 landmarks after the bootstrap and after each cycle, each once
+    assert len(ev) == 3 * 3
+    assert len({(r["iteration"], r["w_thr"], r["w_lat"]) for r in ev}) == len(ev)
+    assert all(0.0 <= float(r["reward"]) <= 1.0 for r in ev)
+    assert (out / "policy" / "policy.json").is_file()
+    meta = json.loads((out / "policy" / "policy.json").read_text())
+    assert meta["pref_dim"] == 3 and meta["hidden"] == [64, 32]
+    # a different config cannot resume this run
+    with pytest.raises(ConfigError, match="differs"):
+        train(load_algo("ppo-mocc", {**TINY, "hyper.lr": 3e-4}), out, resume=True,
+              progress=False)
+
+    a = adapt(out, (0.5, 0.2, 0.3), tmp_path / "ad", progress=False)
+    assert a["done"] and a["iterations"] == 4
+    arows = _rows(tmp_path / "ad" / "metrics.csv")
+    assert all(r["reward_replay"] != "" for r in arows)
+    aev = _rows(tmp_path / "ad" / "eval.csv")
+    # the new preference and the 3 stored landmarks, evaluated every 2 iterations
+    assert len(aev) == 2 * 4
+    nr = adapt(out, (0.5, 0.2, 0.3), tmp_path / "nr", replay=False, progress=False)
+    assert nr["done"]
+    assert all(r["reward_replay"] == "" for r in _rows(tmp_path / "nr" / "metrics.csv"))
+    with pytest.raises(ConfigError, match="preference"):
+        adapt(out, (0.5, 0.5, 0.5), tmp_path / "bad", progress=False)
+
+
+def test_fixed_schedule_needs_iters():
+    cfg = load_algo("ppo-mocc", {"train.schedule": "fixed"})
+    with pytest.raises(ConfigError, match="train.iters is missing"):
+        make_schedule(cfg)
