@@ -14,6 +14,9 @@ import pytest
 
 from ccjax.agents.export import save_policy
 from ccjax.agents.ppo import PPO
+from ccjax.api import run_controller
+from ccjax.cc.cubic import Cubic
+from ccjax.cc.mix import Mix
 from ccjax.cc.policy import PolicyController, load_policy_controller
 from ccjax.cli import main
 from ccjax.envs.build import make_single_flow
@@ -92,23 +95,21 @@ def test_policy_controller_matches_env_packet():
     np.testing.assert_allclose(ctl_r[:n], env_r[:n], rtol=1e-4)
 
 
-def test_policy_controller_waits_for_late_start():
-    # A flow that starts at 1 s keeps its initial rate until it sends.
+def test_policy_competes_with_cubic_and_waits_for_its_start():
+    # "Cubic competing with MOCC" is a Mix like any other; the policy's flow starts at 1 s and
+    # keeps its initial rate (its MIs carry no traffic) until then.
     env, _ = make_single_flow(links=[LinkSpec()], preference=PREF)
-    pc = PolicyController(actor=_perturbed_actor(env), preference=PREF)
-    p = pc.make_params(1, init_rate=1e6)
-    _, dec0 = pc.init(p, jnp.asarray([0.04]))
-    spec = LinkSpec(bandwidth_mbps=(10.0,), rtt_ms=(40.0,), start_s=(1.0,))
-    from ccjax.sim import build_links, plan
-
-    cfg, horizon = plan([spec], 1.5, model="fluid")
-    link = jax.tree.map(lambda x: x[0], build_links([spec], cfg, horizon))
-    s = init_state(cfg, link, pc, p, jax.random.PRNGKey(0))
-    s = jax.jit(lambda s: jax.lax.fori_loop(0, 990, lambda _, s: tick(cfg, pc, link, p, s),
-                                            s))(s)
-    assert int(s.mi_count[0]) > 10
-    assert float(s.cc.rate[0]) == float(dec0.rate[0])
-    assert not bool(s.cc.started[0])
+    pc = PolicyController(actor=_perturbed_actor(env), preference=PREF, init_rate=1e6)
+    mix = Mix((Cubic(), pc))
+    params = mix.default_params(2).replace(index=jnp.asarray([0, 1], jnp.int32))
+    spec = LinkSpec(bandwidth_mbps=(10.0,), rtt_ms=(40.0, 40.0), start_s=(0.0, 1.0))
+    res = run_controller([spec], mix, params, duration_s=0.99, model="fluid")
+    _, dec0 = pc.init(params.members[1], jnp.asarray([0.04, 0.04]))
+    st = jax.tree.map(lambda x: x[0], res.state.cc[1])
+    assert int(res.state.mi_count[0, 1]) > 10  # its MIs ran ...
+    assert not bool(st.started[1])
+    assert float(st.rate[1]) == float(dec0.rate[1])  # ... and changed nothing
+    assert res.summary()["flows"][0]["delivered_bytes"] > 0  # while Cubic sent
 
 
 def test_evaluate_classic_and_policy(tmp_path):

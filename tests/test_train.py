@@ -169,8 +169,10 @@ def test_train_resume_and_adapt(tmp_path):
     arows = _rows(tmp_path / "ad" / "metrics.csv")
     assert all(r["reward_replay"] != "" for r in arows)
     aev = _rows(tmp_path / "ad" / "eval.csv")
-    # the new preference and the 3 stored landmarks, evaluated every 2 iterations
-    assert len(aev) == 2 * 4
+    # the new preference and the 3 stored landmarks, evaluated before adapting and every 2
+    # iterations
+    assert len(aev) == 3 * 4
+    assert {r["iteration"] for r in aev} == {"0", "2", "4"}
     nr = adapt(out, (0.5, 0.2, 0.3), tmp_path / "nr", replay=False, progress=False)
     assert nr["done"]
     assert all(r["reward_replay"] == "" for r in _rows(tmp_path / "nr" / "metrics.csv"))

@@ -1,10 +1,11 @@
 """A batch of environments stepped as one, with the episode resets done batch-wide.
 
 ``SingleFlowEnv.step`` resets an episode with a ``where`` over the whole state, so under ``vmap``
-every step pays for a reset it rarely needs (a fresh simulator state holds the delay lines). All
-episodes of a batch have the same number of MIs, so they end together: ``VecEnv.step`` runs the
-batch's ``step_env`` and resets under one ``lax.cond`` on "any episode ended", which executes the
-reset only on those steps. Semantics are identical to vmapping ``SingleFlowEnv.step``.
+every step pays for a reset it rarely needs (a fresh simulator state holds the delay lines).
+``VecEnv.step`` runs the batch's ``step_env`` and resets under one ``lax.cond`` on "any episode
+ended", which executes the reset only on the (few) steps where some episode ended. Semantics
+are those of vmapping ``SingleFlowEnv.step`` (fresh episodes draw from other keys, so the two
+agree in distribution, not value for value).
 
 Parameters may differ per environment in their preference (``pref`` of shape (n, 3)) and in
 the link each episode uses (``link_index`` of shape (n,)) only; the link pool and scalars are

@@ -157,6 +157,7 @@ class Fixed:
     probe: np.ndarray | None = None  # (P, 3) old preferences evaluated alongside
     seed: int = 0
     phase: str = "fixed"
+    eval_at_start: bool = True  # evaluate the starting model too (adaptation's reference)
 
     @property
     def eval_prefs(self) -> np.ndarray:
