@@ -4,7 +4,8 @@
 once (``Scenario.sample(seed, links)``) and runs every method on all of them, one compiled batch
 per method, through the simulator's own driver (``ccjax.sim.run.run``: the same planning, links,
 keys and runner as ``ccjax simulate --scenario X --links N --seed S``, so a classic controller's
-numbers here equal that command's). A trained policy runs as a controller
+numbers here equal that command's up to float summation order; ``const`` runs at its default
+10 Mbps, where ``simulate`` passes ``--rate-mbps``). A trained policy runs as a controller
 (``ccjax.cc.policy.PolicyController``), so classic and learned senders share one code path.
 
 Metrics, per link, of flow 0 (the only flow of MOCC's single-flow test links; on multi-flow

@@ -119,7 +119,7 @@ def test_evaluate_classic_and_policy(tmp_path):
     d = save_policy(tmp_path / "pol", PPO(), _perturbed_actor(env), env, ep, "ppo-mocc",
                     preference=PREF)
     assert load_policy_controller(d).preference == pytest.approx(PREF)
-    res = evaluate(["cubic", str(d)], links=links, duration_s=4.0, seed=0,
+    res = evaluate(["cubic", str(d)], links=links, duration_s=4.0, seed=0, model="fluid",
                    preference=(0.8, 0.1, 0.1))
     assert [r["method"] for r in res.rows] == ["cubic", str(d)]
     assert len(res.per_link) == 4
@@ -161,7 +161,7 @@ def test_evaluate_rejects_bad_input(kwargs, words):
 def test_cli_eval(capsys, tmp_path):
     out_csv = tmp_path / "t.csv"
     code = main(["eval", "--cc", "const", "--scenario", "mocc-test", "--links", "2",
-                 "--duration-s", "1", "--sim-model", "fluid", "--preference", "0.8,0.1,0.1",
+                 "--duration-s", "1", "--preference", "0.8,0.1,0.1",  # packet model
                  "--json", "--csv", str(out_csv)])
     out, _ = capsys.readouterr()
     assert code == 0

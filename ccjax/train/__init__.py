@@ -76,9 +76,10 @@ def adapt(from_dir: str | Path, preference, out: str | Path | None = None, *,
                           "a preference input (pref_dim 3)")
     seed = src_seed if seed is None else seed
     src = Path(from_dir)
-    landmarks = np.asarray(make_schedule(cfg, src_seed).eval_prefs, np.float32) \
-        if cfg.train.get("schedule", "two-phase") != "fixed" else np.zeros((0, 3), np.float32)
-    pool = [list(map(float, x)) for x in landmarks]
+    # the stored pool: the source's landmarks (or its one preference), then every preference
+    # adapted to since (MOCC 4.3: "stores encountered applications")
+    trained = np.asarray(make_schedule(cfg, src_seed).eval_prefs, np.float32).reshape(-1, 3)
+    pool = [list(map(float, x)) for x in trained]
     for p in raw.get("meta", {}).get("pool", []):
         if list(map(float, p)) not in pool:
             pool.append(list(map(float, p)))
