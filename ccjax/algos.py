@@ -79,6 +79,7 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
         "max_cycles": (int, lambda v: v >= 1),
         "min_cycles": (int, lambda v: v >= 1),
         "converge_tol": (_NUM, lambda v: v >= 0),
+        "patience": (int, lambda v: v >= 1),
         "iters": (int, lambda v: v >= 1),
         "adapt_iters": (int, lambda v: v >= 1),
         "eval_every": (int, lambda v: v >= 1),

@@ -113,7 +113,7 @@ def _ns3_ratio(results: list[dict], duration_s: float) -> dict:
 
 
 def bench_train(algo: str = "ppo-mocc", n_envs: int = 1024, iters: int = 20,
-                overrides: dict | None = None, seed: int = 0) -> dict:
+                overrides: dict | None = None, seed: int = 0, shard: bool = True) -> dict:
     """PPO training throughput on the preset's environment: one compiled chunk of ``iters``
     iterations (rollout + update) timed after compiling it ahead of time.
 
@@ -125,7 +125,7 @@ def bench_train(algo: str = "ppo-mocc", n_envs: int = 1024, iters: int = 20,
 
     import jax.numpy as jnp
 
-    from ccjax.agents.drivers import init_runner, make_chunk
+    from ccjax.agents.drivers import compile_chunk, env_mesh, init_runner
     from ccjax.algos import load_algo
     from ccjax.train.schedules import spread
     from ccjax.train.setup import build
@@ -140,15 +140,15 @@ def bench_train(algo: str = "ppo-mocc", n_envs: int = 1024, iters: int = 20,
     prefs = jnp.asarray(np.broadcast_to(spread(simplex_grid(0.1), n_envs), (iters, n_envs, 3)))
     n_steps = cfg.train.get("n_steps", 32)
     t0 = time.perf_counter()
-    fn = make_chunk(s.venv, s.agent, n_steps, iters).lower(state, runner, s.params,
-                                                           prefs).compile()
+    fn, place = compile_chunk(s.venv, s.agent, n_steps, iters, state, runner, s.params, prefs,
+                              shard=shard)
     compile_s = time.perf_counter() - t0
     # one untimed chunk first: episodes start at their first MI (3 x one-way latency), which
     # is not the steady state
-    state, runner, _ = fn(state, runner, s.params, prefs)
+    state, runner, _ = fn(*place((state, runner, s.params, prefs)))
     jax.block_until_ready(state)
     t0 = time.perf_counter()
-    state, runner, (_, st) = fn(state, runner, s.params, prefs)
+    state, runner, (_, st) = fn(*place((state, runner, s.params, prefs)))
     jax.block_until_ready(state)
     wall = time.perf_counter() - t0
     valid = float(np.asarray(st.valid_steps).sum())
@@ -157,4 +157,5 @@ def bench_train(algo: str = "ppo-mocc", n_envs: int = 1024, iters: int = 20,
             "model": cfg.env.get("model"), "compile_s": compile_s, "wall_s": wall,
             "iteration_s": wall / iters, "batch_env_steps_per_s": n_envs * n_steps * iters / wall,
             "env_steps_per_s": valid / wall, "valid_frac": valid / (n_envs * n_steps * iters),
+            "devices_used": len(jax.devices()) if shard and env_mesh(n_envs) else 1,
             "machine": _machine()}

@@ -159,7 +159,8 @@ def cmd_bench_train(args) -> int:
         return 0
     print(f"ccjax bench train, {out['algo']} on {out['scenario']} ({out['model']} model), "
           f"{out['n_envs']} envs x {out['n_steps']} steps/iteration, tick budget "
-          f"{out['tick_budget']}: {out['machine']['platform']}, {out['machine']['backend']}")
+          f"{out['tick_budget']}: {out['machine']['platform']}, {out['machine']['backend']}, "
+          f"environments split over {out['devices_used']} device(s)")
     print(f"  env-steps/s (completed MIs): {out['env_steps_per_s']:,.0f}")
     print(f"  batch env-steps/s:           {out['batch_env_steps_per_s']:,.0f} "
           f"(valid fraction {out['valid_frac']:.2f})")

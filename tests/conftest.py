@@ -3,3 +3,17 @@ import os
 # Tests run on the CPU with 2 cores; keep XLA from grabbing more threads than exist.
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=true")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+# Training tests build the same programs several times (a run, its resume, an adaptation from
+# it): a persistent compilation cache, private to this test session, compiles each once.
+import atexit  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+
+import jax  # noqa: E402
+
+_cache = tempfile.mkdtemp(prefix="ccjax-test-xla-")
+atexit.register(shutil.rmtree, _cache, True)
+jax.config.update("jax_compilation_cache_dir", _cache)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

@@ -84,12 +84,15 @@ def test_two_phase_schedule_follows_algorithm_1():
 
 def test_convergence_stops_traversal():
     assert not converged([0.5], 1, 0.01)
-    assert converged([0.80, 0.801], 1, 0.01)
-    assert not converged([0.80, 0.85], 1, 0.01)
+    assert not converged([0.80, 0.801], 1, 0.01)  # one cycle is not enough (patience 2)
+    assert converged([0.80, 0.801, 0.79], 1, 0.01)
+    assert not converged([0.80, 0.79, 0.85], 1, 0.01)
+    assert converged([0.80, 0.801], 1, 0.01, patience=1)
     s = TwoPhase(6, step=0.25, bootstrap_iters=2, visit_iters=1, max_cycles=10, min_cycles=2)
-    # evals: after bootstrap, after cycle 1, after cycle 2 (no gain) -> stop before cycle 3
+    # evals: after bootstrap, then after each cycle of 3 visits
     assert s.segment(1 + 3, [0.5, 0.7]) is not None  # cycle 2 starts: only one cycle judged
-    assert s.segment(1 + 6, [0.5, 0.7, 0.7001]) is None
+    assert s.segment(1 + 6, [0.5, 0.7, 0.7001]) is not None  # one flat cycle: go on
+    assert s.segment(1 + 9, [0.5, 0.7, 0.7001, 0.69]) is None  # two flat cycles: stop
 
 
 def test_all_at_once_has_the_same_budget():

@@ -17,7 +17,10 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from ccjax.agents.base import Agent, Trajectory
 from ccjax.envs.single_flow import EnvParams, EnvState
@@ -113,3 +116,45 @@ def make_chunk(venv: VecEnv, agent: Agent, n_steps: int, n_iters: int):
         return agent_state, runner, out
 
     return jax.jit(chunk)
+
+
+def env_mesh(n_envs: int) -> Mesh | None:
+    """A 1-D mesh over all devices for splitting ``n_envs`` environments, or None when there
+    is one device or the envs do not split evenly. On a CPU the CLI exposes every core as a
+    device (``ccjax.devices``); environments are independent, so a rollout shards with no
+    communication but the tick loop's "any MI still running" test."""
+    devs = jax.devices()
+    if len(devs) < 2 or n_envs % len(devs):
+        return None
+    return Mesh(np.asarray(devs), ("env",))
+
+
+def _env_spec(n: int, mesh: Mesh, axis: int = 0):
+    def spec(x):
+        if hasattr(x, "ndim") and x.ndim > axis and x.shape[axis] == n:
+            return NamedSharding(mesh, P(*([None] * axis), "env"))
+        return NamedSharding(mesh, P())
+    return spec
+
+
+def compile_chunk(venv: VecEnv, agent: Agent, n_steps: int, n_iters: int, agent_state: Any,
+                  runner: Runner, params: EnvParams, prefs: jnp.ndarray, shard: bool = True):
+    """``make_chunk`` compiled ahead of time for these arguments; with several devices and
+    ``shard``, the environments (runner and preferences) are split across them and the agent
+    state replicated. Returns (compiled, place): call ``compiled(*place(args))``; ``place`` puts
+    arguments where the compiled program wants them (a no-op for its own outputs)."""
+    fn = make_chunk(venv, agent, n_steps, n_iters)
+    mesh = env_mesh(venv.n) if shard else None
+    args = (agent_state, runner, params, prefs)
+    if mesh is None:
+        return fn.lower(*args).compile(), lambda a: a
+    rep = NamedSharding(mesh, P())
+    env = _env_spec(venv.n, mesh)
+    in_sh = (jax.tree.map(lambda _: rep, agent_state), jax.tree.map(env, runner),
+             jax.tree.map(lambda _: rep, params), NamedSharding(mesh, P(None, "env")))
+    out = jax.eval_shape(fn, *args)
+    out_sh = (jax.tree.map(lambda _: rep, out[0]), jax.tree.map(env, out[1]),
+              jax.tree.map(lambda _: rep, out[2]))
+    jitted = jax.jit(fn.__wrapped__, in_shardings=in_sh, out_shardings=out_sh)
+    return jitted.lower(*jax.device_put(args, in_sh)).compile(), (
+        lambda a: tuple(jax.device_put(a, in_sh)))

@@ -30,7 +30,8 @@ def make_schedule(cfg: AlgoConfig, seed: int = 0) -> Any:
                   bootstrap_iters=t.get("bootstrap_iters", 300),
                   visit_iters=t.get("visit_iters", 5), max_cycles=t.get("max_cycles", 8),
                   min_cycles=t.get("min_cycles", 2),
-                  converge_tol=float(t.get("converge_tol", 0.01)))
+                  converge_tol=float(t.get("converge_tol", 0.01)),
+                  patience=t.get("patience", 2))
     if kind == "two-phase":
         return TwoPhase(n, **common)
     if kind == "all-at-once":

@@ -11,7 +11,8 @@ are the same code: segment ``k`` is a pure function of ``k``, the seed and the h
   batch holding all three is the vectorised reading); phase 2 visits the landmarks in
   Algorithm 1's order, ``visit_iters`` iterations each with every environment on that landmark,
   cycling; after each cycle all landmarks are evaluated and training stops when the mean
-  landmark reward rose by less than ``converge_tol`` (relative) over the cycle.
+  landmark reward has not risen by ``converge_tol`` (relative) over its best for ``patience``
+  cycles.
 * ``AllAtOnce``: every landmark in every batch (environment i on landmark i mod K); evaluated
   after the same number of iterations as a traversal cycle, same stopping rule, and given the
   bootstrap's iterations as extra cycles so both variants have the same budget.
@@ -49,13 +50,14 @@ def spread(prefs: np.ndarray, n_envs: int) -> np.ndarray:
     return prefs[np.arange(n_envs) % len(prefs)]
 
 
-def converged(evals: list[float], min_cycles: int, tol: float) -> bool:
-    """True when at least ``min_cycles`` cycles ran and the last one raised the mean landmark
-    reward by less than ``tol`` relative to the cycle before."""
-    if len(evals) < max(min_cycles, 2):
+def converged(evals: list[float], min_evals: int, tol: float, patience: int = 2) -> bool:
+    """True when at least ``min_evals`` evaluations exist and the best of the last ``patience``
+    is not ``tol`` (relative) above the best before them: the mean landmark reward stopped
+    improving for ``patience`` cycles (a single noisy cycle does not end training)."""
+    if len(evals) < max(min_evals, patience + 1):
         return False
-    prev, last = evals[-2], evals[-1]
-    return (last - prev) < tol * max(abs(prev), 1e-9)
+    before, recent = max(evals[:-patience]), max(evals[-patience:])
+    return (recent - before) < tol * max(abs(before), 1e-9)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,7 @@ class TwoPhase:
     max_cycles: int = 8
     min_cycles: int = 2
     converge_tol: float = 0.01
+    patience: int = 2
     landmarks: np.ndarray = field(init=False)
     order: np.ndarray = field(init=False)
 
@@ -94,9 +97,9 @@ class TwoPhase:
         cycle, pos = divmod(j, K)
         if cycle >= self.max_cycles:
             return None
-        if pos == 0 and cycle > 0 and converged(evals, self.min_cycles + 1
-                                                if self.bootstrap_iters > 0
-                                                else self.min_cycles, self.converge_tol):
+        boot = 1 if self.bootstrap_iters > 0 else 0  # the bootstrap's evaluation comes first
+        if pos == 0 and cycle > 0 and converged(evals, self.min_cycles + boot,
+                                                self.converge_tol, self.patience):
             return None
         w = self.order[pos]
         batch = np.broadcast_to(w, (self.n_envs, 3)).astype(np.float32)
@@ -113,6 +116,7 @@ class AllAtOnce:
     max_cycles: int = 8
     min_cycles: int = 2
     converge_tol: float = 0.01
+    patience: int = 2
     landmarks: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
@@ -137,7 +141,7 @@ class AllAtOnce:
 
     def segment(self, k: int, evals: list[float]) -> Segment | None:
         if k >= self.n_cycles or (k > 0 and converged(evals, self.min_cycles,
-                                                      self.converge_tol)):
+                                                      self.converge_tol, self.patience)):
             return None
         batch = spread(self.landmarks, self.n_envs)
         return Segment("all", k + 1, f"all {len(self.landmarks)}", self.cycle_iters,

@@ -6,7 +6,7 @@ Layout of ``DIR``::
     metrics.csv      one row per PPO iteration
     eval.csv         one row per (evaluation, preference)
     checkpoints/     orbax CheckpointManager: agent state + progress (JSON)
-    policy/          the exported actor (ccjax.agents.export), written at the end
+    policy/          the exported actor (ccjax.agents.export): the best evaluated model
     summary.json     wall and compile times, iterations, convergence, final evaluation
 
 Rows are appended and flushed after every compiled chunk. A checkpoint records how many rows

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ccjax.agents.drivers import init_runner, make_chunk
+from ccjax.agents.drivers import compile_chunk, init_runner
 from ccjax.errors import ConfigError
 from ccjax.train.schedules import Segment
 from ccjax.train.setup import Evaluator, Setup
@@ -87,11 +87,13 @@ class Trainer:
 
     # -- compiled pieces -----------------------------------------------------------------------
     def _chunk_fn(self, n: int, args: tuple) -> Any:
+        """(compiled chunk of n iterations, argument placer); environments are split over all
+        devices when there are several (``compile_chunk``)."""
         if n not in self._compiled:
             s = self.setup
             t0 = time.perf_counter()
-            fn = make_chunk(s.venv, s.agent, s.cfg.train.get("n_steps", 32), n)
-            self._compiled[n] = fn.lower(*args).compile()
+            self._compiled[n] = compile_chunk(s.venv, s.agent, s.cfg.train.get("n_steps", 32),
+                                              n, *args)
             self.compile_s += time.perf_counter() - t0
         return self._compiled[n]
 
@@ -145,9 +147,9 @@ class Trainer:
                     prefs = jnp.asarray(np.stack([seg.prefs(prog["seg_iter"] + i)
                                                   for i in range(n)]))
                     args = (state, runner, s.params, prefs)
-                    fn = self._chunk_fn(n, args)
+                    fn, place = self._chunk_fn(n, args)
                     t1 = time.perf_counter()
-                    state, runner, (m, st) = fn(*args)
+                    state, runner, (m, st) = fn(*place(args))
                     jax.block_until_ready(state)
                     dt = time.perf_counter() - t1
                     prog["wall_s"] += dt
@@ -170,6 +172,10 @@ class Trainer:
                                                else r.mean()))
                     self.log(f"iter {prog['iteration']} {seg.phase} cycle {seg.cycle}: "
                              f"eval reward {prog['evals'][-1]:.4f}")
+                    if prog["evals"][-1] > prog.get("best", -np.inf):
+                        # policy/ holds the best evaluated model, not merely the last
+                        prog["best"], prog["best_iteration"] = prog["evals"][-1], prog["iteration"]
+                        self._export(state)
                 prog["segment"] += 1
                 prog["seg_iter"] = 0
                 self._save(state, prog)
@@ -179,7 +185,7 @@ class Trainer:
             bar.close()
         self.state = state
         summary = self._summary(prog, eval_prefs)
-        if prog["done"]:
+        if prog["done"] and "best_iteration" not in prog:
             self._export(state)
         write_json(self.out / "summary.json", summary)
         self.ckpt.close()
@@ -243,7 +249,8 @@ class Trainer:
                 "compile_s_this_session": round(self.compile_s, 3),
                 "valid_env_steps": prog["valid_steps"],
                 "valid_env_steps_per_s": prog["valid_steps"] / max(prog["wall_s"], 1e-9),
-                "evals": prog["evals"], "n_envs": self.setup.venv.n,
+                "evals": prog["evals"], "best_eval": prog.get("best"),
+                "best_iteration": prog.get("best_iteration"), "n_envs": self.setup.venv.n,
                 "backend": jax.default_backend(), "devices": len(jax.devices()),
                 "final_eval": last}
 
