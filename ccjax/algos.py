@@ -52,6 +52,7 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
         "ent_end": (_NUM, lambda v: v >= 0),
         "ent_iters": (_NUM, lambda v: v >= 1),
         "vf_coef": (_NUM, lambda v: v >= 0),
+        "reward_scale": (_NUM, lambda v: v > 0),
     },
     "env": {
         "scenario": (str, None),

@@ -187,3 +187,20 @@ def test_fixed_schedule_needs_iters():
     cfg = load_algo("ppo-mocc", {"train.schedule": "fixed"})
     with pytest.raises(ConfigError, match="train.iters is missing"):
         make_schedule(cfg)
+
+
+@pytest.mark.slow
+def test_aurora_trains_on_one_preference_and_exports(tmp_path):
+    cfg = load_algo("aurora", {**{k: v for k, v in TINY.items() if k not in
+                                  ("train.bootstrap_iters", "train.visit_iters",
+                                   "train.landmarks_step", "train.max_cycles",
+                                   "train.min_cycles", "train.adapt_iters")},
+                               "train.iters": 4, "env.reward": "mocc",
+                               "env.preference": [0.45, 0.35, 0.2]})
+    s = train(cfg, tmp_path / "aurora", progress=False)
+    assert s["done"] and s["iterations"] == 4
+    ev = _rows(tmp_path / "aurora" / "eval.csv")
+    # evaluated before training and every 2 iterations, on its one preference
+    assert [r["iteration"] for r in ev] == ["0", "2", "4"]
+    meta = json.loads((tmp_path / "aurora" / "policy" / "policy.json").read_text())
+    assert meta["pref_dim"] == 0 and meta["hidden"] == [32, 16] and meta["preference"] is None

@@ -32,11 +32,12 @@ class PPOHyper(struct.PyTreeNode):
     ent_end: jnp.ndarray  # beta after ``ent_iters`` iterations (MOCC §3.2: 0.1)
     ent_iters: jnp.ndarray  # length of the (linear) decay, in iterations (MOCC: 1000)
     vf_coef: jnp.ndarray  # value-loss weight (PPO1 adds it with weight 1)
+    reward_scale: jnp.ndarray  # rewards are multiplied by this before GAE (critic conditioning)
 
     @classmethod
     def make(cls, **kw: float) -> PPOHyper:
         d = dict(lr=1e-3, clip=0.2, gamma=0.99, lam=0.95, ent_start=1.0, ent_end=0.1,
-                 ent_iters=1000.0, vf_coef=1.0)
+                 ent_iters=1000.0, vf_coef=1.0, reward_scale=1.0)
         d.update(kw)
         return cls(**{k: jnp.asarray(v, jnp.float32) for k, v in d.items()})
 
@@ -162,6 +163,10 @@ class PPO:
                ) -> tuple[PPOState, PPOMetrics]:
         h = state.hyper
         last_value = self.critic_net.apply(state.critic, batch.last_obs)
+        # Scaling rewards changes only the critic's targets (advantages are normalised below):
+        # with rewards in [0, 1] and gamma 0.99 returns are ~100, which a critic initialised
+        # at 0 takes many updates to reach, and its error then swamps the advantages.
+        batch = batch.replace(reward=batch.reward * h.reward_scale)
         adv, ret = self.gae(batch, last_value, h.gamma, h.lam)
         w = batch.valid.astype(jnp.float32)
         n = jnp.maximum(w.sum(), 1.0)

@@ -258,7 +258,7 @@ class Trainer:
         from ccjax.agents.export import save_policy
 
         s = self.setup
-        pref = getattr(self.schedule, "preference", None)
+        pref = getattr(self.schedule, "preference", None) if s.agent.pref_dim else None
         save_policy(self.out / "policy", s.agent, state.actor, s.env, s.params,
                     algo=s.cfg.name, preference=None if pref is None else list(pref))
 
