@@ -87,6 +87,7 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
         "eval_links": (int, lambda v: v >= 1),
         "eval_steps": (int, lambda v: v >= 1),
         "checkpoint_every": (int, lambda v: v >= 1),
+        "shard": (bool, None),
     },
 }
 

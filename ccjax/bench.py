@@ -113,7 +113,7 @@ def _ns3_ratio(results: list[dict], duration_s: float) -> dict:
 
 
 def bench_train(algo: str = "ppo-mocc", n_envs: int = 1024, iters: int = 20,
-                overrides: dict | None = None, seed: int = 0, shard: bool = True) -> dict:
+                overrides: dict | None = None, seed: int = 0, shard: bool = False) -> dict:
     """PPO training throughput on the preset's environment: one compiled chunk of ``iters``
     iterations (rollout + update) timed after compiling it ahead of time.
 

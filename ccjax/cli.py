@@ -153,7 +153,7 @@ def cmd_bench_train(args) -> int:
     if n_envs < 2 or args.iters < 1:
         raise ConfigError(f"--batches {n_envs} / --iters {args.iters} is invalid: n_envs >= 2, "
                           "iters >= 1")
-    out = bench_train(args.algo, n_envs=n_envs, iters=args.iters)
+    out = bench_train(args.algo, n_envs=n_envs, iters=args.iters, shard=args.shard)
     if args.json:
         print(json.dumps(out))
         return 0
@@ -433,6 +433,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "parallel environments (default 1024)")
     b.add_argument("--algo", default="ppo-mocc", help="train: algorithm preset")
     b.add_argument("--iters", type=int, default=10, help="train: iterations timed")
+    b.add_argument("--shard", action="store_true",
+                   help="train: split the environments over all devices (default: one device)")
     b.add_argument("--models", type=_names, default=["fluid", "packet"])
     b.add_argument("--duration-s", type=float, default=2.0, help="simulated seconds per run")
     b.add_argument("--tick-ms", type=float, default=1.0, help="simulator tick (default 1 ms)")

@@ -87,13 +87,13 @@ class Trainer:
 
     # -- compiled pieces -----------------------------------------------------------------------
     def _chunk_fn(self, n: int, args: tuple) -> Any:
-        """(compiled chunk of n iterations, argument placer); environments are split over all
-        devices when there are several (``compile_chunk``)."""
+        """(compiled chunk of n iterations, argument placer); ``train.shard`` splits the
+        environments over all devices (``compile_chunk``)."""
         if n not in self._compiled:
             s = self.setup
             t0 = time.perf_counter()
             self._compiled[n] = compile_chunk(s.venv, s.agent, s.cfg.train.get("n_steps", 32),
-                                              n, *args)
+                                              n, *args, shard=s.cfg.train.get("shard", False))
             self.compile_s += time.perf_counter() - t0
         return self._compiled[n]
 
