@@ -107,13 +107,10 @@ _ALLOWED = {
 
 
 def presets_dir() -> Path:
-    """``ccjax/_presets/algos`` in a wheel, the repo's ``algos/`` in a checkout."""
-    import ccjax
+    """Where the named algorithm presets live (``ccjax.presets``)."""
+    from ccjax.presets import presets_dir as where
 
-    shipped = Path(ccjax.__file__).parent / "_presets" / "algos"
-    if shipped.is_dir():
-        return shipped
-    return Path(__file__).resolve().parents[1] / "algos"
+    return where("algos")
 
 
 def list_algos() -> list[str]:

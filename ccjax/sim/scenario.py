@@ -616,17 +616,10 @@ def _as_rng(seed: Any) -> np.random.Generator:
 
 
 def presets_dir() -> Path:
-    """Where the named presets live.
+    """Where the named scenario presets live (``ccjax.presets``)."""
+    from ccjax.presets import presets_dir as where
 
-    The wheel ships them as ``ccjax/_presets/sims`` (pyproject force-include); a source checkout
-    or editable install reads the repo's ``sims/`` directly.
-    """
-    import ccjax
-
-    shipped = Path(ccjax.__file__).parent / "_presets" / "sims"
-    if shipped.is_dir():
-        return shipped
-    return Path(__file__).resolve().parents[2] / "sims"
+    return where("sims")
 
 
 def list_scenarios() -> list[str]:

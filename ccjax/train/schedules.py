@@ -61,7 +61,9 @@ def converged(evals: list[float], min_evals: int, tol: float, patience: int = 2)
 
 
 @dataclass(frozen=True)
-class TwoPhase:
+class _Landmarks:
+    """What the two landmark schedules share: the grid, the budget and the stopping rule."""
+
     n_envs: int
     step: float = 0.1
     bootstrap_iters: int = 300
@@ -71,17 +73,23 @@ class TwoPhase:
     converge_tol: float = 0.01
     patience: int = 2
     landmarks: np.ndarray = field(init=False)
-    order: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
-        grid = simplex_grid(self.step)
-        object.__setattr__(self, "landmarks", np.asarray(grid, np.float32))
-        order = traversal_order(grid, self.step)
-        object.__setattr__(self, "order", np.asarray(grid[order], np.float32))
+        object.__setattr__(self, "landmarks", np.asarray(simplex_grid(self.step), np.float32))
 
     @property
     def eval_prefs(self) -> np.ndarray:
         return self.landmarks
+
+
+@dataclass(frozen=True)
+class TwoPhase(_Landmarks):
+    order: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        order = traversal_order(self.landmarks.astype(np.float64), self.step)
+        object.__setattr__(self, "order", self.landmarks[order])
 
     @property
     def max_iters(self) -> int:
@@ -108,24 +116,7 @@ class TwoPhase:
 
 
 @dataclass(frozen=True)
-class AllAtOnce:
-    n_envs: int
-    step: float = 0.1
-    bootstrap_iters: int = 300
-    visit_iters: int = 5
-    max_cycles: int = 8
-    min_cycles: int = 2
-    converge_tol: float = 0.01
-    patience: int = 2
-    landmarks: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "landmarks", np.asarray(simplex_grid(self.step), np.float32))
-
-    @property
-    def eval_prefs(self) -> np.ndarray:
-        return self.landmarks
-
+class AllAtOnce(_Landmarks):
     @property
     def cycle_iters(self) -> int:
         return len(self.landmarks) * self.visit_iters
