@@ -126,6 +126,7 @@ def bench_train(algo: str = "ppo-mocc", n_envs: int = 1024, iters: int = 20,
     import jax.numpy as jnp
 
     from ccjax.agents.drivers import compile_chunk, env_mesh, init_runner
+    from ccjax.agents.landmarks import simplex_grid
     from ccjax.algos import load_algo
     from ccjax.train.schedules import spread
     from ccjax.train.setup import build
@@ -135,8 +136,6 @@ def bench_train(algo: str = "ppo-mocc", n_envs: int = 1024, iters: int = 20,
     key = jax.random.PRNGKey(seed)
     state = s.agent.init(key, s.env.obs_dim, s.env.action_dim, s.hyper)
     runner = init_runner(s.venv, s.agent, state, s.params, jax.random.fold_in(key, 1))
-    from ccjax.agents.landmarks import simplex_grid
-
     prefs = jnp.asarray(np.broadcast_to(spread(simplex_grid(0.1), n_envs), (iters, n_envs, 3)))
     n_steps = cfg.train.get("n_steps", 32)
     t0 = time.perf_counter()

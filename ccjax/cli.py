@@ -149,7 +149,7 @@ def cmd_simulate(args) -> int:
 def cmd_bench_train(args) -> int:
     from ccjax.bench import bench_train
 
-    n_envs = args.batches[0] if args.batches_given else 1024
+    n_envs = args.batches[0] if args.batches else 1024
     if n_envs < 2 or args.iters < 1:
         raise ConfigError(f"--batches {n_envs} / --iters {args.iters} is invalid: n_envs >= 2, "
                           "iters >= 1")
@@ -176,6 +176,7 @@ def cmd_bench(args) -> int:
         return cmd_bench_train(args)
     if args.what != "sim":
         raise ConfigError(f"bench={args.what!r} is invalid: known benchmarks are sim, train")
+    args.batches = args.batches or [1, 64, 1024, 8192]
     for b in args.batches:
         if b < 1:
             raise ConfigError(f"batches={args.batches} is invalid: positive integers")
@@ -461,10 +462,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = ap.parse_args(argv)
     except SystemExit as e:  # --help, or a usage error already printed as one line
         return int(e.code or 0)
-    if getattr(args, "command", None) == "bench":
-        args.batches_given = args.batches is not None
-        if args.batches is None:
-            args.batches = [1, 64, 1024, 8192]
     try:
         if args.command == "simulate":
             return cmd_simulate(args)

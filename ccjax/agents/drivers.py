@@ -97,6 +97,11 @@ def make_chunk(venv: VecEnv, agent: Agent, n_steps: int, n_iters: int):
     stats))`` doing ``n_iters`` iterations; metrics and stats have a leading iteration axis.
     ``prefs`` (n_iters, N, 3) gives every environment's preference in every iteration, which is
     how landmark schedules and requirement replay (ccjax.train) drive one compiled program."""
+    return jax.jit(_chunk(venv, agent, n_steps, n_iters))
+
+
+def _chunk(venv: VecEnv, agent: Agent, n_steps: int, n_iters: int):
+    """``make_chunk``'s function before ``jit`` (``compile_chunk`` jits it with shardings)."""
 
     def iteration(carry, pref):
         agent_state, runner, params = carry
@@ -115,7 +120,7 @@ def make_chunk(venv: VecEnv, agent: Agent, n_steps: int, n_iters: int):
                                                      prefs, length=n_iters)
         return agent_state, runner, out
 
-    return jax.jit(chunk)
+    return chunk
 
 
 def env_mesh(n_envs: int) -> Mesh | None:
@@ -147,11 +152,11 @@ def compile_chunk(venv: VecEnv, agent: Agent, n_steps: int, n_iters: int, agent_
     what spreads the batch. Returns (compiled, place): call ``compiled(*place(args))``;
     ``place`` puts arguments where the compiled program wants them (a no-op for its own
     outputs)."""
-    fn = make_chunk(venv, agent, n_steps, n_iters)
+    fn = _chunk(venv, agent, n_steps, n_iters)
     mesh = env_mesh(venv.n) if shard else None
     args = (agent_state, runner, params, prefs)
     if mesh is None:
-        return fn.lower(*args).compile(), lambda a: a
+        return jax.jit(fn).lower(*args).compile(), lambda a: a
     rep = NamedSharding(mesh, P())
     env = _env_spec(venv.n, mesh)
     in_sh = (jax.tree.map(lambda _: rep, agent_state), jax.tree.map(env, runner),
@@ -159,6 +164,6 @@ def compile_chunk(venv: VecEnv, agent: Agent, n_steps: int, n_iters: int, agent_
     out = jax.eval_shape(fn, *args)
     out_sh = (jax.tree.map(lambda _: rep, out[0]), jax.tree.map(env, out[1]),
               jax.tree.map(lambda _: rep, out[2]))
-    jitted = jax.jit(fn.__wrapped__, in_shardings=in_sh, out_shardings=out_sh)
+    jitted = jax.jit(fn, in_shardings=in_sh, out_shardings=out_sh)
     return jitted.lower(*jax.device_put(args, in_sh)).compile(), (
         lambda a: tuple(jax.device_put(a, in_sh)))

@@ -15,6 +15,7 @@ iteration. Rows a killed run wrote after its last checkpoint are dropped and red
 from __future__ import annotations
 
 import json
+import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -102,9 +103,10 @@ class Trainer:
         s = self.setup
         self._open()
         key = jax.random.PRNGKey(s.seed)
-        fresh = s.agent.init(jax.random.fold_in(key, 0), s.env.obs_dim, s.env.action_dim,
-                             s.hyper)
-        state = self.init_state if self.init_state is not None else fresh
+        state = self.init_state
+        if state is None:
+            state = s.agent.init(jax.random.fold_in(key, 0), s.env.obs_dim, s.env.action_dim,
+                                 s.hyper)
         prog: dict[str, Any] = {"iteration": 0, "segment": 0, "seg_iter": 0, "evals": [],
                                 "wall_s": 0.0, "eval_s": 0.0, "metric_rows": 0, "eval_rows": 0,
                                 "valid_steps": 0.0, "done": False}
@@ -118,9 +120,7 @@ class Trainer:
             self.evals.truncate(0)
         eval_prefs = np.asarray(self.schedule.eval_prefs, np.float32)
         t = s.cfg.train
-        t0 = time.perf_counter()
         evaluator = Evaluator(s, len(eval_prefs), t.get("eval_links", 8), t.get("eval_steps", 200))
-        self.eval_build_s = time.perf_counter() - t0
         total = getattr(self.schedule, "max_iters", None)
         bar = _Bar(total, prog["iteration"], self.progress)
         runner = None
@@ -211,7 +211,6 @@ class Trainer:
 
     def _rows(self, seg: Segment, prog: dict[str, Any], m: Any, st: Any, dt: float,
               n: int) -> list[dict[str, Any]]:
-        m = {k: np.asarray(v) for k, v in m.__dict__.items()} if hasattr(m, "__dict__") else m
         stn = {k: np.asarray(getattr(st, k)) for k in ("reward", "utilization", "latency_ratio",
                                                        "loss_rate", "episode_return",
                                                        "valid_steps", "env_reward",
@@ -234,16 +233,13 @@ class Trainer:
                 row["reward_current"] = row["reward"]
             for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac",
                       "ent_coef", "std"):
-                row[k] = float(getattr(m, k)[i]) if not isinstance(m, dict) else float(m[k][i])
+                row[k] = float(getattr(m, k)[i])
             rows.append(row)
         return rows
 
     def _summary(self, prog: dict[str, Any], eval_prefs: np.ndarray) -> dict[str, Any]:
-        last = {}
         rows = self.evals.read()
-        if rows:
-            it = rows[-1]["iteration"]
-            last = [r for r in rows if r["iteration"] == it]
+        last = [r for r in rows if r["iteration"] == rows[-1]["iteration"]] if rows else []
         return {"iterations": prog["iteration"], "done": prog["done"],
                 "train_wall_s": round(prog["wall_s"], 3), "eval_wall_s": round(prog["eval_s"], 3),
                 "compile_s_this_session": round(self.compile_s, 3),
@@ -252,6 +248,7 @@ class Trainer:
                 "evals": prog["evals"], "best_eval": prog.get("best"),
                 "best_iteration": prog.get("best_iteration"), "n_envs": self.setup.venv.n,
                 "backend": jax.default_backend(), "devices": len(jax.devices()),
+                "machine": platform.platform(),
                 "final_eval": last}
 
     def _export(self, state: Any) -> None:
