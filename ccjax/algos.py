@@ -42,6 +42,9 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
         "n_minibatches": (int, lambda v: v >= 1),
         "max_grad_norm": (_NUM, lambda v: v > 0),
         "adam_eps": (_NUM, lambda v: v > 0),
+        "log_std_bounds": (list, lambda v: len(v) == 2
+                           and all(isinstance(x, _NUM) and not isinstance(x, bool)
+                                   and math.isfinite(x) for x in v) and v[0] < v[1]),
     },
     "hyper": {
         "lr": (_NUM, lambda v: v > 0),
@@ -67,6 +70,7 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
         "rate_bounds_pkts": (list, lambda v: len(v) == 2 and 0 < v[0] < v[1]),
         "reward": (str, None),
         "preference": (list, lambda v: len(v) == 3),
+        "log_ratios": (bool, None),
     },
     "train": {
         "n_envs": (int, lambda v: v >= 2),
@@ -102,6 +106,7 @@ _ALLOWED = {
     "gamma": "in (0, 1]",
     "lam": "in [0, 1]",
     "hidden": "a list of positive integers",
+    "log_std_bounds": "[low, high] with low < high (natural log of the std)",
     "preference": "three weights",
 }
 

@@ -33,8 +33,10 @@ The contract is MOCC's deployment library (MOCC §6: ``Register(w)``, ``ReportSt
 minimum of per-MI mean RTTs, and latency gradient (second-half minus first-half mean RTT over
 the MI's length). They enter a history of the last ``history`` MIs, initially filled with
 Aurora's empty MI (1, 1, 0); the observation is the preference followed by that history, oldest
-first. The actor's mean action a (no exploration) sets the rate by MOCC Eq. 1: rate x
-(1 + alpha a) if a >= 0 else rate / (1 - alpha a), clipped to the policy's [min_rate, max_rate].
+first, with the two ratios as natural logs (floored at 1e-3) when the policy's ``log_ratios`` is
+true, as ``ccjax.envs.features.encode`` feeds them in training. The actor's mean action a (no
+exploration) sets the rate by MOCC Eq. 1: rate x (1 + alpha a) if a >= 0 else
+rate / (1 - alpha a), clipped to the policy's [min_rate, max_rate].
 
 As in training, the policy decides once before any MI was measured (on the empty history): the
 first ``get_sending_rate`` (or ``report_status``) takes that decision, so call ``register``
@@ -57,6 +59,8 @@ META_FILE = "policy.json"
 #: an empty history slot: what Aurora's sender reports for an MI without data
 EMPTY = (1.0, 1.0, 0.0)
 N_FEATURES = 3
+#: floor of a ratio before its log (``ccjax.envs.features.LOG_FLOOR``)
+LOG_FLOOR = 1e-3
 #: the per-MI measurements ``report_status`` reads (the RTT ones only when rtt_samples > 0)
 STATS_FIELDS = ("send_rate", "delivery_rate", "rtt_mean", "rtt_first_half", "rtt_second_half",
                 "duration_s", "rtt_samples")
@@ -82,6 +86,10 @@ class Policy:
         self.mi_rtts = float(meta["mi_rtts"])
         self.min_rate = float(meta["min_rate"])
         self.max_rate = float(meta["max_rate"])
+        log_ratios = meta.get("log_ratios", False)  # absent in files that predate the field
+        if not isinstance(log_ratios, bool):
+            raise PolicyError(f"policy log_ratios={log_ratios!r} is invalid: true or false")
+        self.log_ratios: bool = log_ratios
         pref = meta.get("preference")
         self.preference: tuple[float, ...] | None = (
             None if pref is None else check_preference(pref))
@@ -239,8 +247,13 @@ class MOCC:
         return self._pref
 
     def observation(self) -> np.ndarray:
-        """What the policy sees now: the preference, then the feature history (oldest first)."""
-        flat = self._hist.reshape(-1)
+        """What the policy sees now: the preference, then the feature history (oldest first;
+        the ratios as logs for a ``log_ratios`` policy)."""
+        hist = self._hist
+        if self.policy.log_ratios:
+            hist = hist.copy()
+            hist[:, :2] = np.log(np.maximum(hist[:, :2], LOG_FLOOR))
+        flat = hist.reshape(-1)
         if not self.policy.pref_dim:
             return flat.copy()
         if self._pref is None:

@@ -8,6 +8,7 @@ the real environment with the JAX actor and feeds the NumPy controller the same 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,7 @@ from ccjax.sim.link import LinkSpec
 LINK = LinkSpec(bandwidth_mbps=(3.0,), buffer_pkts=50, rtt_ms=(40.0,))
 PREF = (0.6, 0.3, 0.1)
 N_MI = 30
+N_HIST = 10
 
 
 def _actor(agent: PPO, obs_dim: int, seed: int = 0) -> dict:
@@ -41,20 +43,24 @@ def _actor(agent: PPO, obs_dim: int, seed: int = 0) -> dict:
     return jax.tree.unflatten(tree, leaves)
 
 
-@pytest.fixture(scope="module", params=["ppo-mocc", "aurora"])
+@pytest.fixture(scope="module", params=[("ppo-mocc", False), ("aurora", False),
+                                        ("ppo-mocc", True)],
+                ids=["ppo-mocc", "aurora", "ppo-mocc-log-ratios"])
 def saved(request, tmp_path_factory):
-    algo = request.param
+    algo, log_ratios = request.param
     use_pref = algo != "aurora"
     # Start above capacity so the queue builds: every feature moves (latency ratio > 1, a
     # nonzero gradient, losses), not only the sending ratio.
     env, params = make_single_flow(links=[LINK], episode_len=N_MI + 5, use_pref=use_pref,
-                                   preference=PREF, init_rate=(1.3, 1.3))
+                                   preference=PREF, init_rate=(1.3, 1.3),
+                                   log_ratios=log_ratios)
     agent = PPO(pref_dim=3 if use_pref else 0)
     actor = _actor(agent, env.obs_dim)
     path = tmp_path_factory.mktemp(algo) / "policy"
     out = save_policy(path, agent, actor, env, params, algo,
                       preference=PREF if use_pref else None)
-    return dict(algo=algo, env=env, params=params, agent=agent, actor=actor, path=out)
+    return dict(algo=algo, env=env, params=params, agent=agent, actor=actor, path=out,
+                log_ratios=log_ratios)
 
 
 def test_files_and_metadata(saved):
@@ -65,6 +71,7 @@ def test_files_and_metadata(saved):
     assert meta["pref_dim"] == (0 if saved["algo"] == "aurora" else 3)
     assert meta["alpha"] == pytest.approx(0.025) and meta["mi_rtts"] == pytest.approx(0.5)
     assert meta["activation"] == "tanh"
+    assert meta["log_ratios"] is saved["log_ratios"]
     assert 0 < meta["min_rate"] < meta["max_rate"]
     assert meta["preference"] == (None if saved["algo"] == "aurora"
                                   else pytest.approx(list(PREF)))
@@ -136,6 +143,11 @@ def test_mocc_reproduces_environment_rates(saved):
     for t in range(N_MI - 1):
         rates.append(cc.report_status({f: stats[f][t] for f in deploy.STATS_FIELDS}))
     rates = np.asarray(rates)
+    if saved["log_ratios"]:  # the network sees the logs of the two ratios
+        ratios = cc._hist[:, :2]
+        assert np.all(ratios > 0) and np.ptp(ratios[:, 1]) > 0.1
+        obs_hist = cc.observation()[-3 * N_HIST:].reshape(N_HIST, 3)
+        np.testing.assert_allclose(obs_hist[:, :2], np.log(ratios))
     # the actor really steers (the rate moves by more than the tolerance) and the path queues
     assert np.ptp(env_rates) / env_rates.mean() > 0.05
     assert np.ptp(stats["rtt_mean"]) > 5e-3
@@ -247,3 +259,27 @@ def test_save_policy_rejects_mismatch(saved, tmp_path):
     with pytest.raises(ConfigError, match="preference"):
         save_policy(tmp_path / "p", saved["agent"], saved["actor"], env, params, "x",
                     preference=(0.5, 0.5, 0.5))
+
+
+def test_files_without_log_ratios_read_as_raw_features(saved, tmp_path):
+    """A policy.json written before ``log_ratios`` existed means raw features, in both readers."""
+    d = tmp_path / "old"
+    shutil.copytree(saved["path"], d)
+    meta = json.loads((d / "policy.json").read_text())
+    del meta["log_ratios"]
+    (d / "policy.json").write_text(json.dumps(meta))
+    assert deploy.load(d).log_ratios is False
+    assert load_policy(d)[2]["log_ratios"] is False
+    meta["log_ratios"] = "yes"
+    (d / "policy.json").write_text(json.dumps(meta))
+    with pytest.raises(deploy.PolicyError, match="log_ratios"):
+        deploy.load(d)
+    with pytest.raises(ConfigError, match="log_ratios"):
+        load_policy(d)
+
+
+def test_log_floor_matches_features():
+    from ccjax.envs import features
+
+    assert deploy.LOG_FLOOR == features.LOG_FLOOR
+    assert deploy.EMPTY == features.EMPTY

@@ -6,6 +6,7 @@ cached per (env, length, policy) so the file compiles a handful of programs in a
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -338,6 +339,23 @@ def test_cross_traffic_shares_the_link():
     assert info.utilization[10:].mean() < 0.95  # the agent's share of the link is below 1
 
 
+def test_log_ratios_observation(pool_env):
+    """``log_ratios``: the same run, the two ratios observed as their logs, the gradient as is."""
+    env, params = pool_env
+    env_log = dataclasses.replace(env, log_ratios=True)
+    _, _, _, raw = rollout(env, params, jax.random.PRNGKey(0), 20, policy="const")
+    _, _, _, logd = rollout(env_log, params, jax.random.PRNGKey(0), 20, policy="const")
+    np.testing.assert_array_equal(raw["next_rate"], logd["next_rate"])
+    hist_raw = raw["next_obs"][:, 3:].reshape(20, -1, 3)
+    hist_log = logd["next_obs"][:, 3:].reshape(20, -1, 3)
+    assert hist_raw[:, :, 1].max() > 1.05  # a latency ratio above 1 occurred
+    np.testing.assert_allclose(hist_log[:, :, :2], np.log(np.maximum(hist_raw[:, :, :2], 1e-3)),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(hist_log[:, :, 2], hist_raw[:, :, 2])
+    obs0, _ = env_log.reset(jax.random.PRNGKey(0), params)
+    np.testing.assert_array_equal(np.asarray(obs0[3:]), 0.0)  # the empty MI (1, 1, 0) reads 0
+
+
 @pytest.mark.parametrize("kw, match", [
     (dict(preference=(0.5, 0.5, 0.5)), "preference"),
     (dict(preference=(1.2, -0.2, 0.0)), "preference"),
@@ -348,6 +366,7 @@ def test_cross_traffic_shares_the_link():
     (dict(history=0), "history"),
     (dict(alpha=0.0), "alpha"),
     (dict(init_rate=(1.5, 0.3)), "init_rate"),
+    (dict(log_ratios=1), "log_ratios"),
     (dict(links=[LinkSpec(rtt_ms=(40.0, 40.0), start_s=(0.0, 0.0))]), "flows"),
 ])
 def test_bad_inputs_raise_config_error(kw, match):

@@ -38,12 +38,12 @@ def _perturbed_actor(env, seed: int = 1, scale: float = 0.5) -> dict:
                                      for x, k in zip(leaves, keys, strict=True)])
 
 
-def _env_and_controller_rates(model: str, init_frac: float, n_mi: int):
+def _env_and_controller_rates(model: str, init_frac: float, n_mi: int, log_ratios: bool = False):
     """Rates per MI and the tick each MI ended at, from the environment driven by the actor's
     deterministic actions and from the PolicyController on the same link and simulator key."""
     spec = LinkSpec(bandwidth_mbps=(10.0,), rtt_ms=(40.0,), buffer_pkts=50, loss=0.01)
     env, ep = make_single_flow(links=[spec], model=model, init_rate=(init_frac, init_frac),
-                               preference=PREF)
+                               preference=PREF, log_ratios=log_ratios)
     ppo = PPO()
     actor = _perturbed_actor(env)
     obs, st = env.reset(jax.random.PRNGKey(0), ep)
@@ -58,7 +58,7 @@ def _env_and_controller_rates(model: str, init_frac: float, n_mi: int):
         lambda o, s: jax.lax.scan(body, (o, s), None, length=n_mi))(obs, st)
     env_rates, env_ticks = np.asarray(env_rates), np.asarray(env_ticks)
 
-    pc = PolicyController(ppo=ppo, actor=actor, preference=PREF)
+    pc = PolicyController(ppo=ppo, actor=actor, preference=PREF, log_ratios=log_ratios)
     p = pc.make_params(1, init_rate=st.rate)  # the environment's initial rate
     link = jax.tree.map(lambda x: x[0], ep.links)
     s0 = init_state(env.sim, link, pc, p, st.sim.key)
@@ -74,9 +74,10 @@ def _env_and_controller_rates(model: str, init_frac: float, n_mi: int):
     return env_rates, env_ticks, ctl_rates, t[done][:n_mi]
 
 
-def test_policy_controller_matches_env_fluid():
+@pytest.mark.parametrize("log_ratios", [False, True])
+def test_policy_controller_matches_env_fluid(log_ratios):
     # Starts above capacity: the queue, losses and all three features come into play.
-    env_r, env_t, ctl_r, ctl_t = _env_and_controller_rates("fluid", 1.2, 40)
+    env_r, env_t, ctl_r, ctl_t = _env_and_controller_rates("fluid", 1.2, 40, log_ratios)
     assert np.array_equal(env_t, ctl_t)  # the same MI boundaries
     # The same rates up to float32 round-off (XLA fuses the two programs differently).
     np.testing.assert_allclose(ctl_r, env_r, rtol=1e-4)

@@ -39,6 +39,21 @@ def test_act_shapes_and_determinism():
     assert "pn" not in sa.actor["params"]["trunk"]
 
 
+def test_log_std_bounds_hold_the_policy_std():
+    """With ``log_std_bounds`` the policy's std stays within them whatever the parameter holds
+    (an unbounded parameter in stable-baselines' PPO; networks.GaussianActor)."""
+    obs = jax.random.normal(jax.random.PRNGKey(1), (4, 33))
+    for bounds, want in [(None, 5.0), ((-2.0, 0.0), 0.0), ((1.0, 3.0), 3.0)]:
+        agent = PPO(log_std_bounds=bounds)
+        st = agent.init(jax.random.PRNGKey(0), 33)
+        actor = {"params": {**st.actor["params"], "log_std": jnp.full((1,), 5.0)}}
+        pi = agent.policy(actor, obs)
+        np.testing.assert_allclose(np.log(np.asarray(pi.stddev())), want, rtol=1e-6)
+        low = {"params": {**st.actor["params"], "log_std": jnp.full((1,), -9.0)}}
+        got = float(np.log(np.asarray(agent.policy(low, obs).stddev()))[0, 0])
+        assert got == pytest.approx(-9.0 if bounds is None else bounds[0])
+
+
 def test_entropy_schedule_is_linear():
     agent = PPO()
     st = agent.init(jax.random.PRNGKey(0), 33, 1, PPOHyper.make(ent_iters=1000.0))

@@ -10,8 +10,9 @@ files with NumPy alone, so a datapath needs neither JAX nor this package):
   ``log_std`` (``ccjax.agents.networks.GaussianActor``);
 * ``policy.json``: what the forward pass and the rate update need beside the weights: network
   sizes, the observation's history length, MOCC Eq. 1's ``alpha``, the MI length in RTTs
-  (Aurora: 0.5), the rate bounds (bytes/s) and the preference the model was trained or adapted
-  for (``null`` if none).
+  (Aurora: 0.5), the rate bounds (bytes/s), the preference the model was trained or adapted
+  for (``null`` if none) and ``log_ratios`` (the sending and latency ratios enter the network as
+  logs, ``ccjax.envs.features.encode``; a file without the field predates it and means false).
 
 Only the deterministic action (the Gaussian's mean) is used at deployment: MOCC §6 runs the
 trained actor and no exploration.
@@ -46,6 +47,8 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "history": int, "alpha": (int, float), "mi_rtts": (int, float), "min_rate": (int, float),
     "max_rate": (int, float), "activation": str, "preference": (list, type(None)),
 }
+#: fields added after the format's first files, with the value a file without them means
+OPTIONAL_FIELDS: dict[str, Any] = {"log_ratios": False}
 
 
 def _write_atomic(dest: Path, write) -> None:
@@ -89,6 +92,7 @@ def save_policy(path: str | os.PathLike, agent: PPO, actor_params: dict, env: Si
         "history": int(env.history), "alpha": float(params.alpha),
         "mi_rtts": float(params.mi_rtts), "min_rate": float(params.min_rate),
         "max_rate": float(params.max_rate), "activation": "tanh", "preference": pref,
+        "log_ratios": bool(env.log_ratios),
     }
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
@@ -140,6 +144,10 @@ def _read_meta(p: Path) -> dict:
     require(len(meta["hidden"]) >= 1 and all(isinstance(h, int) and h >= 1
                                              for h in meta["hidden"]),
             "hidden", meta["hidden"], "a list of positive layer widths")
+    for name, default in OPTIONAL_FIELDS.items():
+        meta.setdefault(name, default)
+    require(isinstance(meta["log_ratios"], bool), "log_ratios", meta["log_ratios"],
+            "true or false")
     require(meta["pref_dim"] in (0, 3), "pref_dim", meta["pref_dim"], "0 (Aurora) or 3 (MOCC)")
     require(meta["pn_width"] >= 1, "pn_width", meta["pn_width"], ">= 1")
     require(meta["history"] >= 1, "history", meta["history"], ">= 1")

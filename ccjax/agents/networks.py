@@ -36,13 +36,20 @@ class PrefTrunk(nn.Module):
 
 class GaussianActor(nn.Module):
     """Mean from the trunk (linear head), state-independent log std (stable-baselines' PPO,
-    which MOCC used: a ``logstd`` variable, hidden tanh layers, linear mean)."""
+    which MOCC used: a ``logstd`` variable, hidden tanh layers, linear mean).
+
+    ``log_std_bounds = (lo, hi)`` clips the log std the policy uses (None: unbounded, as in
+    stable-baselines). Why: Adam moves ``log_std`` by about the step size whenever its gradient
+    keeps one sign, and in MOCC's environment it climbed from 0 to ~2 (std 1 -> 7) whatever the
+    entropy coefficient; with a std of 7 almost every sampled action saturates Eq. 1's rate
+    change. Outside the bounds the parameter gets no gradient, so the std stays at the bound."""
 
     action_dim: int = 1
     hidden: Sequence[int] = (64, 32)
     pref_dim: int = 3
     pn_width: int = 32
     init_log_std: float = 0.0
+    log_std_bounds: tuple[float, float] | None = None
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -51,6 +58,8 @@ class GaussianActor(nn.Module):
                         kernel_init=nn.initializers.orthogonal(0.01))(x)
         log_std = self.param("log_std", nn.initializers.constant(self.init_log_std),
                              (self.action_dim,))
+        if self.log_std_bounds is not None:
+            log_std = jnp.clip(log_std, *self.log_std_bounds)
         return mean, jnp.broadcast_to(log_std, mean.shape)
 
 

@@ -76,11 +76,13 @@ class PPO:
     n_minibatches: int = 8
     max_grad_norm: float = 0.5
     adam_eps: float = 1e-5
+    log_std_bounds: tuple[float, float] | None = None  # networks.GaussianActor
     name: str = "ppo"
 
     @property
     def actor_net(self) -> GaussianActor:
-        return GaussianActor(1, tuple(self.hidden), self.pref_dim, self.pn_width)
+        return GaussianActor(1, tuple(self.hidden), self.pref_dim, self.pn_width,
+                             log_std_bounds=self.log_std_bounds)
 
     @property
     def critic_net(self) -> Critic:
@@ -203,7 +205,10 @@ class PPO:
         (params, opt), auxs = jax.lax.scan(epoch, ((state.actor, state.critic), opt),
                                            jax.random.split(key, self.n_epochs))
         p_loss, v_loss, ent, kl, cf = jax.tree.map(jnp.mean, auxs)
-        std = jnp.exp(params[0]["params"]["log_std"]).mean()
+        log_std = params[0]["params"]["log_std"]
+        if self.log_std_bounds is not None:
+            log_std = jnp.clip(log_std, *self.log_std_bounds)
+        std = jnp.exp(log_std).mean()  # the std the policy samples with
         new = state.replace(actor=params[0], critic=params[1], opt=opt,
                             iteration=state.iteration + 1)
         return new, PPOMetrics(policy_loss=p_loss, value_loss=v_loss, entropy=ent,

@@ -43,7 +43,7 @@ from flax import struct
 
 from ccjax.agents.ppo import PPO
 from ccjax.cc.base import Decision
-from ccjax.envs.features import N_FEATURES, empty_history, mi_features
+from ccjax.envs.features import N_FEATURES, empty_history, encode, mi_features
 from ccjax.errors import ConfigError
 from ccjax.units import PACKET_BYTES
 
@@ -86,6 +86,7 @@ class PolicyController:
 
     ppo: PPO = field(default_factory=PPO)
     history: int = 10
+    log_ratios: bool = False  # the observation's ratios as logs (features.encode)
     name: str = "policy"
     actor: Any = field(default=None, compare=False, hash=False, repr=False)
     preference: tuple[float, ...] | None = None
@@ -133,7 +134,7 @@ class PolicyController:
     # ---- the policy step, shared by init and on_interval
 
     def _obs(self, hist: jnp.ndarray, pref: jnp.ndarray) -> jnp.ndarray:
-        flat = hist.reshape(hist.shape[0], -1)
+        flat = encode(hist, self.log_ratios).reshape(hist.shape[0], -1)
         if not self.pref_dim:
             return flat
         return jnp.concatenate([jnp.broadcast_to(pref, (hist.shape[0], 3)), flat], -1)
@@ -202,6 +203,7 @@ def load_policy_controller(path: str | Path, preference: Any = None) -> PolicyCo
     else:
         pref = None
     return PolicyController(ppo=ppo, history=int(meta["history"]), name=str(meta["algo"]),
+                            log_ratios=bool(meta["log_ratios"]),
                             actor=actor, preference=pref, alpha=float(meta["alpha"]),
                             mi_rtts=float(meta["mi_rtts"]), min_rate=float(meta["min_rate"]),
                             max_rate=float(meta["max_rate"]))

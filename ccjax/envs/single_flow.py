@@ -20,7 +20,8 @@ Semantics follow Aurora's simulator (PCC-RL ``network_sim.py``), on which MOCC's
 
 * observation = preference w (3, omitted when ``use_pref`` is false) followed by the history of
   the last ``history`` MIs' features (sending ratio, latency ratio, latency gradient; oldest
-  first; ``ccjax.envs.features``), flattened: 3 + 3 x 10 = 33 values by default;
+  first; ``ccjax.envs.features``), flattened: 3 + 3 x 10 = 33 values by default; with
+  ``log_ratios`` the two ratios enter as logs (``features.encode``);
 * action a (continuous): rate <- rate x (1 + alpha a) if a >= 0 else rate / (1 - alpha a),
   alpha = 0.025 (MOCC Eq. 1, Table 2), the result kept within [min_rate, max_rate];
 * the first MI lasts 3 x the link's one-way latency, every later MI 0.5 x the mean RTT measured
@@ -39,7 +40,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from ccjax.cc.base import Controller, Decision
-from ccjax.envs.features import N_FEATURES, empty_history, mi_features, push
+from ccjax.envs.features import N_FEATURES, empty_history, encode, mi_features, push
 from ccjax.envs.rewards import MIOutcome, RewardFn, mocc_reward
 from ccjax.sim import capacity
 from ccjax.sim.core import SimState, init_state, tick
@@ -146,6 +147,7 @@ class SingleFlowEnv:
     reward: RewardFn = mocc_reward
     cross: Controller | None = None
     max_mi_ticks: int = 60_000  # guard: an MI longer than this ends the step (``truncated``)
+    log_ratios: bool = False  # observe log(sending ratio), log(latency ratio) (features.encode)
 
     @property
     def obs_dim(self) -> int:
@@ -159,7 +161,7 @@ class SingleFlowEnv:
         return AgentSlot(self.cross)
 
     def _obs(self, hist: jnp.ndarray, params: EnvParams) -> jnp.ndarray:
-        flat = hist.reshape(-1)
+        flat = encode(hist, self.log_ratios).reshape(-1)
         if not self.use_pref:
             return flat
         return jnp.concatenate([params.pref.astype(jnp.float32), flat])

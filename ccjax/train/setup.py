@@ -29,7 +29,7 @@ def env_kwargs(cfg: AlgoConfig) -> dict[str, Any]:
         alpha=float(e.get("alpha", 0.025)),
         init_rate=tuple(float(x) for x in e.get("init_rate", (0.3, 1.5))),
         rate_bounds_pkts=tuple(float(x) for x in e.get("rate_bounds_pkts", (10.0, 1e5))),
-        mi_rtts=float(e.get("mi_rtts", 0.5)))
+        mi_rtts=float(e.get("mi_rtts", 0.5)), log_ratios=bool(e.get("log_ratios", False)))
     if "preference" in e:
         kw["preference"] = tuple(float(x) for x in e["preference"])
     return kw
@@ -41,7 +41,9 @@ def make_agent(cfg: AlgoConfig) -> tuple[PPO, PPOHyper]:
                 pref_dim=a.get("pref_dim", 3), n_epochs=a.get("n_epochs", 4),
                 n_minibatches=a.get("n_minibatches", 8),
                 max_grad_norm=float(a.get("max_grad_norm", 0.5)),
-                adam_eps=float(a.get("adam_eps", 1e-5)), name=cfg.name)
+                adam_eps=float(a.get("adam_eps", 1e-5)), name=cfg.name,
+                log_std_bounds=(tuple(float(x) for x in a["log_std_bounds"])
+                                if "log_std_bounds" in a else None))
     return agent, PPOHyper.make(**{k: float(v) for k, v in cfg.hyper.items()})
 
 
