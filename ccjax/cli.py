@@ -406,6 +406,103 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def _add_sweep(sub) -> None:
+    p = sub.add_parser(
+        "sweep", help="train a sweep spec's trials as vectorized batches",
+        description="Expand a sweep spec (sweeps/*.toml, or a path) into trials and train them "
+        "in compiled batches (trials that differ only in hyperparameters, seed and preference "
+        "share one program), recording each in DIR/ledger.sqlite with its curve "
+        "(DIR/curves/<id>.parquet), checkpoint and policy. --resume continues a killed sweep: "
+        "finished trials are not rerun.")
+    p.add_argument("spec", help="a spec name (sweeps/) or a TOML path")
+    p.add_argument("--out", help="sweep directory (default runs/sweeps/<name>)")
+    p.add_argument("--batch", type=int, help="trials per compiled batch (default: the spec's "
+                   "sweep.batch, else as many as fit half the free device memory)")
+    p.add_argument("--resume", action="store_true", help="continue the sweep in --out")
+    p.add_argument("--quiet", action="store_true")
+    r = sub.add_parser(
+        "results", help="print a sweep's ledger",
+        description="Print the trials of a sweep directory: their axis values, status, final "
+        "evaluation (reward, utilization, latency ratio, loss), best evaluated reward, "
+        "iterations and timings; filter, sort, and export CSV.")
+    r.add_argument("sweep_dir")
+    r.add_argument("--sort", help="column to sort by (e.g. reward, hyper.lr, train_s)")
+    r.add_argument("--desc", action="store_true", help="sort descending")
+    r.add_argument("--filter", action="append", default=[], metavar="EXPR",
+                   help="COLUMN OP VALUE, OP one of = != < <= > >= (e.g. status=done, "
+                   "'hyper.lr<1e-3'); repeatable, all must hold")
+    r.add_argument("--limit", type=int, help="at most this many rows")
+    r.add_argument("--csv", help="also write the rows shown to this CSV file")
+    r.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+def cmd_sweep(args) -> int:
+    from ccjax.sweep import load_spec, run_sweep
+    from ccjax.sweep.runner import default_out
+
+    if args.batch is not None and args.batch < 1:
+        raise ConfigError(f"batch={args.batch} is invalid: an integer >= 1 (omit it for the "
+                          "automatic size)")
+    spec = load_spec(args.spec)  # every trial validated here, before anything is traced
+    out = args.out or str(default_out(spec))
+    log = _log(args)
+    if log:
+        log(f"sweep {spec.name}: {len(spec.trials)} trial(s) in {len(spec.groups())} static "
+            f"group(s) -> {out}")
+    summary = run_sweep(spec, out, batch=args.batch, resume=args.resume,
+                        progress=not args.quiet and sys.stderr.isatty(), log=log)
+    print(f"{summary['done']} done, {summary['failed']} failed, {summary['pending']} pending "
+          f"of {summary['trials']} trials in {summary['wall_s']:.1f} s "
+          f"({len(summary['batches'])} batch(es) run now); `ccjax results {out}` shows them")
+    return 0
+
+
+def cmd_results(args) -> int:
+    from pathlib import Path
+
+    from ccjax.sweep import results
+    from ccjax.sweep.ledger import varying_keys, write_csv
+
+    if args.csv and not Path(args.csv).resolve().parent.is_dir():
+        raise ConfigError(f"csv={args.csv!r} is invalid: its directory does not exist")
+    rows = results(args.sweep_dir, args.filter, args.sort, args.desc, args.limit)
+    if args.csv:
+        write_csv(args.csv, rows)
+    if args.json:
+        print(json.dumps(rows, default=str))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    counts: dict[str, int] = {}
+    for r in results(args.sweep_dir):
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    t = Table(title=f"{args.sweep_dir}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+              + (f"; {len(rows)} shown" if args.filter or args.limit is not None else ""),
+              title_justify="left")
+    axes = varying_keys(rows)
+    heads = [("id", None), *((a, None) for a in axes), ("status", None),
+             ("reward", "{:.4f}"), ("utilization", "{:.3f}"), ("latency_ratio", "{:.3f}"),
+             ("loss_rate", "{:.4f}"), ("best_reward", "{:.4f}"), ("iterations", None),
+             ("train_s", "{:.1f}"), ("reason", None)]
+    for h, _ in heads:
+        t.add_column(h, justify="left" if h in ("id", "status", "reason") else "right")
+    for r in rows:
+        cells = []
+        for h, f in heads:
+            v = r.get(h)
+            cells.append("" if v is None else f.format(v) if f else
+                         (f"{v:.3g}" if isinstance(v, float) else str(v)))
+        t.add_row(*cells)
+    c = Console(width=None if sys.stdout.isatty() else 160)
+    c.print(t)
+    c.print("reward, utilization, latency_ratio, loss_rate: final deterministic evaluation at "
+            "the trial's preference; train_s: its batch's training wall time")
+    if args.csv:
+        c.print(f"table written to {args.csv}")
+    return 0
+
+
 def cmd_scenarios(args) -> int:
     from ccjax.sim.scenario import list_scenarios, load_scenario
 
@@ -450,6 +547,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("scenarios", help="list scenario presets")
     _add_train(sub)
     _add_eval(sub)
+    _add_sweep(sub)
     return ap
 
 
@@ -475,6 +573,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_adapt(args)
         if args.command == "eval":
             return cmd_eval(args)
+        if args.command == "sweep":
+            return cmd_sweep(args)
+        if args.command == "results":
+            return cmd_results(args)
     except ConfigError as e:
         print(f"ccjax: error: {e}", file=sys.stderr)
         return 2

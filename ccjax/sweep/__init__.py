@@ -1,0 +1,46 @@
+"""Sweeps as single vectorized programs, with a resumable result store (``ccjax sweep``,
+``ccjax results``).
+
+* ``spec``: a sweep specification (``sweeps/*.toml``): an algorithm preset, base overrides, a
+  grid and/or random samples over ``table.key`` values and seeds; validated and expanded into
+  trials with deterministic ids, grouped by their static configuration.
+* ``batch``: the trials of a group as one compiled program: learner states stacked on a trial
+  axis and ``vmap``ped, every trial's environments stepped as one batch; batch size from the
+  device's memory.
+* ``ledger``: the sweep directory: SQLite ledger, Parquet curves, orbax checkpoints; the resume
+  guarantee.
+* ``runner``: ``run_sweep``, the loop over groups and batches, divergence detection and
+  isolation, progress.
+
+From Python::
+
+    from ccjax.sweep import load_spec, run_sweep, results
+    spec = load_spec("ppo-mocc-hparams")          # or a path; ConfigError if anything is wrong
+    summary = run_sweep(spec, "runs/sweeps/hp")   # resume=True continues a killed sweep
+    rows = results("runs/sweeps/hp", filters=["status=done"], sort="reward", descending=True)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ccjax.sweep.ledger import Ledger, flat_rows, read_curve, select
+from ccjax.sweep.runner import load_trial, run_sweep
+from ccjax.sweep.spec import SweepSpec, Trial, list_sweeps, load_spec, spec_from_dict
+
+__all__ = ["Ledger", "SweepSpec", "Trial", "list_sweeps", "load_spec", "load_trial",
+           "read_curve", "results", "run_sweep", "spec_from_dict"]
+
+
+def results(sweep_dir: str | os.PathLike[str], filters: list[str] | None = None,
+            sort: str | None = None, descending: bool = False,
+            limit: int | None = None) -> list[dict[str, Any]]:
+    """The ledger's trials as flat dicts (config keys spread out as ``table.key`` columns),
+    filtered (``"status=done"``, ``"hyper.lr<1e-3"``), sorted and limited."""
+    led = Ledger.existing(sweep_dir)
+    try:
+        rows = flat_rows(led.rows())
+    finally:
+        led.close()
+    return select(rows, filters, sort, descending, limit)

@@ -1,0 +1,375 @@
+"""Trials as one compiled program: a batch of T trials of one static group trains together.
+
+How trials map onto the program. A trial is (seed, PPO hyperparameters, preference) over a
+static group's environment and network shapes. Its learner state (``PPOState``, which holds its
+``PPOHyper``) and its runner (environment states, last observation, action in effect, PRNG key)
+are stacked along a leading trial axis of size T. One iteration then is
+
+* the rollout: one ``VecEnv`` of T x N environments (``TrialVecEnv``) steps every trial's
+  environments at once, and the agent acts with ``vmap(agent.act)`` over the trial axis (each
+  trial's policy on its own N observations, with its own key);
+* the update: ``vmap(agent.update)`` over the trial axis, each trial's trajectory, key and
+  hyperparameters (learning rate, clip, entropy schedule, ...) its own.
+
+Why the environments are flattened rather than ``vmap``ped over trials: ``VecEnv.step`` runs its
+MI loop as a ``while_loop`` and its episode resets under a ``cond``; under an outer ``vmap`` both
+become per-tick ``select``s over every trial's delay lines (measured on the 2-core CPU while two
+training jobs ran: 4 trials x 16 environments x 3 iterations took 1.3 s vmapped against 0.04 s
+for one trial alone). Flattened, the MI loop and the reset stay one loop and one ``cond`` for the
+whole batch, as for a single run with T x N environments.
+
+Equivalence with a trial run alone: nothing in the program reduces across trials except the MI
+loop's "any MI still running" and the reset's "any episode ended", and both only decide how
+long to loop or whether to compute a reset; an environment whose MI has ended is not ticked
+(``core.tick``'s ``live`` mask) and a reset replaces only the environments whose episode ended.
+Every trial's keys are split exactly as ``drivers.rollout`` / ``drivers._chunk`` split a single
+run's (``TrialVecEnv.reset`` draws trial t's fresh episodes from trial t's key, split N ways as
+``VecEnv.reset`` does), and a trial is initialised as ``ccjax.train.Trainer`` initialises a run
+of the same seed. So a trial in a batch computes what it computes alone, up to floating-point
+reassociation in the batched matrix products (``tests/test_sweep.py`` checks this). The same
+independence is why a trial that diverges (NaN) cannot poison the others: its NaNs stay in its
+own slice. Once detected, its slice is overwritten with a copy of a healthy trial's (results
+discarded), so a NaN sending rate never again reaches a simulator tick and lengthens the batch's
+MI loop (bounded only by ``max_mi_ticks`` without a tick budget).
+
+Evaluation is ``ccjax.train.setup.Evaluator``'s protocol for every trial at once: the
+deterministic policy on ``train.eval_links`` links drawn from the scenario with the pool seed
+plus ``EVAL_SEED_OFFSET``, the same links and initial rates for every trial (so trials compare
+like with like), each trial at its own preference, ``train.eval_steps`` batch steps.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ccjax.agents.base import Trajectory
+from ccjax.agents.drivers import Runner, init_runner, rollout_stats
+from ccjax.agents.ppo import PPO, PPOHyper
+from ccjax.algos import AlgoConfig
+from ccjax.envs.build import make_single_flow
+from ccjax.envs.single_flow import EnvParams
+from ccjax.envs.vec import VecEnv, _axes
+from ccjax.sweep.spec import Trial
+from ccjax.train.setup import EVAL_SEED_OFFSET, build, env_kwargs
+
+#: fraction of the free device memory a batch may plan to use (the rest: fragmentation, the
+#: host's own arrays, the estimate's error)
+MEMORY_FRACTION = 0.5
+#: the largest batch the automatic rule tries first
+MAX_AUTO_BATCH = 256
+#: when no memory figure can be read
+FALLBACK_FREE_BYTES = 4 << 30
+
+
+@dataclass(frozen=True)
+class TrialVecEnv(VecEnv):
+    """``n`` = T x N environments, T trials of N each, trial-major. Stepping is ``VecEnv``'s;
+    only the reset differs: its key is (T, 2), one per trial, and trial t's N environments draw
+    from ``split(key[t], N)``, which is what a ``VecEnv`` of N alone draws from ``key[t]``."""
+
+    trials: int = 1
+
+    def reset(self, key: jnp.ndarray, params: EnvParams) -> tuple[jnp.ndarray, Any]:
+        per = self.n // self.trials
+        keys = jax.vmap(lambda k: jax.random.split(k, per))(key)
+        keys = keys.reshape((self.n,) + keys.shape[2:])
+        return jax.vmap(self.env.reset, in_axes=(0, _axes(params)))(keys, params)
+
+
+def _flat(T: int, N: int):
+    return lambda x: x.reshape((T * N,) + x.shape[2:])
+
+
+def _unflat(T: int, N: int):
+    return lambda x: x.reshape((T, N) + x.shape[1:])
+
+
+def _flat_runner(r: Runner, T: int, N: int) -> Runner:
+    """Trial-major runner (every leaf (T, N, ...)) -> the environments flattened, keys (T, 2)."""
+    f = _flat(T, N)
+    return r.replace(env_state=jax.tree.map(f, r.env_state), obs=f(r.obs), action=f(r.action),
+                     aux=jax.tree.map(f, r.aux))
+
+
+def _unflat_runner(r: Runner, T: int, N: int) -> Runner:
+    u = _unflat(T, N)
+    return r.replace(env_state=jax.tree.map(u, r.env_state), obs=u(r.obs), action=u(r.action),
+                     aux=jax.tree.map(u, r.aux))
+
+
+def rollout_trials(venv: TrialVecEnv, agent: PPO, states: Any, runner: Runner,
+                   params: EnvParams, n_steps: int, explore: bool = True
+                   ) -> tuple[Runner, Trajectory]:
+    """``drivers.rollout`` for T trials: ``runner`` has the environments flattened (T x N) and
+    one key per trial; each trial acts with its own state and key. The trajectory's leaves are
+    (n_steps, T x N, ...)."""
+    T = venv.trials
+    N = venv.n // T
+    flat, unflat = _flat(T, N), _unflat(T, N)
+    act = jax.vmap(lambda s, o, k: agent.act(s, o, k, explore))
+
+    def body(r: Runner, _):
+        ks = jax.vmap(lambda k: jax.random.split(k, 3))(r.key)  # as rollout: key, k_act, k_env
+        key, k_act, k_env = ks[:, 0], ks[:, 1], ks[:, 2]
+        new_a, new_aux = act(states, unflat(r.obs), k_act)
+        new_a, new_aux = flat(new_a), jax.tree.map(flat, new_aux)
+        start = ~r.env_state.mid
+        pick = lambda n, o: jnp.where(  # noqa: E731
+            start.reshape(start.shape + (1,) * (n.ndim - 1)), n, o)
+        action = pick(new_a, r.action)
+        aux = jax.tree.map(pick, new_aux, r.aux)
+        obs, st, reward, done, info = venv.step(k_env, r.env_state, action, params)
+        tr = (r.obs, action, aux, reward, done, info.valid, info)
+        return Runner(env_state=st, obs=obs, action=action, aux=aux, key=key), tr
+
+    runner, (o, a, aux, rew, done, valid, info) = jax.lax.scan(body, runner, None,
+                                                               length=n_steps)
+    return runner, Trajectory(obs=o, action=a, aux=aux, reward=rew, done=done, valid=valid,
+                              info=info, last_obs=runner.obs)
+
+
+def _per_trial(tr: Trajectory, T: int, N: int) -> Trajectory:
+    """(n_steps, T x N, ...) -> (T, n_steps, N, ...): each trial's own trajectory."""
+    split = lambda x: jnp.moveaxis(x.reshape((x.shape[0], T, N) + x.shape[2:]), 1, 0)  # noqa
+    last = tr.last_obs.reshape((T, N) + tr.last_obs.shape[1:])
+    return jax.tree.map(split, tr.replace(last_obs=None)).replace(last_obs=last)
+
+
+def trial_chunk(venv: TrialVecEnv, agent: PPO, n_steps: int, n_iters: int):
+    """``drivers._chunk`` for T trials: ``chunk(states, runner, params, prefs)`` with
+    ``states`` and ``runner`` trial-major and ``prefs`` (n_iters, T, N, 3); returns the new
+    states and runner and (metrics, stats) with leaves (n_iters, T, ...)."""
+    T = venv.trials
+    N = venv.n // T
+    flat = _flat(T, N)
+
+    def iteration(carry, pref):
+        states, r, params = carry
+        pref = flat(pref)
+        if venv.env.use_pref:  # the observation carries the preference (MOCC 3.1)
+            r = r.replace(obs=r.obs.at[:, :3].set(pref))
+        r, tr = rollout_trials(venv, agent, states, r, params.replace(pref=pref), n_steps)
+        ks = jax.vmap(jax.random.split)(r.key)  # as _chunk: key, k_upd = split(runner.key)
+        r = r.replace(key=ks[:, 0])
+        trials = _per_trial(tr, T, N)
+        states, metrics = jax.vmap(agent.update)(states, trials, ks[:, 1])
+        return (states, r, params), (metrics, jax.vmap(rollout_stats)(trials))
+
+    def chunk(states, runner: Runner, params: EnvParams, prefs: jnp.ndarray):
+        r = _flat_runner(runner, T, N)
+        (states, r, _), out = jax.lax.scan(iteration, (states, r, params), prefs,
+                                           length=n_iters)
+        return states, _unflat_runner(r, T, N), out
+
+    return chunk
+
+
+def _all_finite(tree: Any) -> jnp.ndarray:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if jnp.issubdtype(x.dtype, jnp.floating)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.ones((), bool)
+
+
+def memory_bytes(compiled: Any) -> int | None:
+    """Bytes a compiled program needs (arguments + outputs + temporaries - aliased), from XLA's
+    ``memory_analysis()``; None where the backend does not report it."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - not implemented on every backend
+        return None
+    if m is None:
+        return None
+    total = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
+             - m.alias_size_in_bytes)
+    return int(total) if total > 0 else None
+
+
+def free_memory_bytes(device: Any = None) -> tuple[int, str]:
+    """(bytes free on ``device``, where the figure came from): the device's ``memory_stats``
+    (GPU, TPU), else the host's MemAvailable (the CPU backend allocates host memory), else a
+    4 GiB guess."""
+    device = device or jax.devices()[0]
+    try:
+        st = device.memory_stats()
+    except Exception:  # noqa: BLE001 - CPU devices may not implement it
+        st = None
+    if st and st.get("bytes_limit"):
+        return int(st["bytes_limit"] - st.get("bytes_in_use", 0)), "device memory_stats"
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "host MemAvailable"
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "host free pages"
+    except (ValueError, OSError, AttributeError):
+        return FALLBACK_FREE_BYTES, "fallback guess"
+
+
+def balanced(n: int, cap: int) -> int:
+    """The batch size that splits n trials into the fewest batches of at most ``cap`` with the
+    least padding: 65 trials at cap 64 become two batches of 33, not 64 + 1."""
+    k = math.ceil(n / max(cap, 1))
+    return math.ceil(n / k)
+
+
+class Group:
+    """What one static group needs, built once: the environment and link pool (drawn with the
+    sweep's pool seed), the learner, the evaluation links, and the compiled programs by
+    (batch size, iterations)."""
+
+    def __init__(self, cfg: AlgoConfig, pool_seed: int):
+        self.cfg = cfg
+        self.setup = build(cfg, pool_seed)
+        t = cfg.train
+        self.n_envs = self.setup.venv.n
+        self.n_steps = t.get("n_steps", 32)
+        self.iters = t["iters"]
+        self.chunk = t.get("chunk", 10)
+        self.tick_budget = self.setup.venv.tick_budget
+        self.eval_links = t.get("eval_links", 8)
+        self.eval_steps = t.get("eval_steps", 200)
+        self.eval_env, self.eval_params = make_single_flow(
+            cfg.env.get("scenario", "mocc-train"), pool=self.eval_links,
+            seed=pool_seed + EVAL_SEED_OFFSET, **env_kwargs(cfg))
+        self.eval_key = jax.random.PRNGKey(pool_seed + EVAL_SEED_OFFSET)
+        self.compile_s = 0.0
+        self._programs: dict[tuple, Any] = {}
+        self._finite = jax.jit(jax.vmap(lambda s: _all_finite((s.actor, s.critic))))
+        self._copy = jax.jit(lambda tree, i, j: jax.tree.map(lambda x: x.at[i].set(x[j]), tree))
+        self._select = jax.jit(lambda m, a, b: jax.tree.map(
+            lambda x, y: jnp.where(m.reshape(m.shape + (1,) * (x.ndim - 1)), x, y), a, b))
+
+    # -- one trial's start, as ccjax.train.Trainer starts a run of the same seed --------------
+    def _init_one(self, key: jnp.ndarray, hyper: PPOHyper, pref: jnp.ndarray):
+        s = self.setup
+        state = s.agent.init(jax.random.fold_in(key, 0), s.env.obs_dim, s.env.action_dim, hyper)
+        runner = init_runner(s.venv, s.agent, state, s.params.replace(pref=pref),
+                             jax.random.fold_in(key, 1))
+        return state, runner
+
+    def init(self, trials: list[Trial]) -> tuple[Any, Runner]:
+        """Stacked (states, runner) for these trials, trial-major."""
+        args = [(jax.random.PRNGKey(t.seed),
+                 PPOHyper.make(**{k: float(v) for k, v in t.cfg.hyper.items()}),
+                 jnp.asarray(t.preference, jnp.float32)) for t in trials]
+        init = self._compile(("init",), self._init_one, *args[0])
+        t0 = time.perf_counter()
+        outs = [init(*a) for a in args]
+        stacked = jax.tree.map(lambda *x: jnp.stack(x), *outs)
+        jax.block_until_ready(stacked)
+        self.last_init_s = time.perf_counter() - t0
+        return stacked
+
+    def prefs(self, trials: list[Trial], n_iters: int) -> jnp.ndarray:
+        """(n_iters, T, N, 3): every environment of a trial on the trial's preference."""
+        w = jnp.asarray([t.preference for t in trials], jnp.float32)
+        return jnp.broadcast_to(w[None, :, None, :], (n_iters, len(trials), self.n_envs, 3))
+
+    # -- compiled programs -------------------------------------------------------------------
+    def _compile(self, key: tuple, fn, *args) -> Any:
+        if key not in self._programs:
+            t0 = time.perf_counter()
+            self._programs[key] = jax.jit(fn).lower(*args).compile()
+            self.compile_s += time.perf_counter() - t0
+        return self._programs[key]
+
+    def chunk_program(self, T: int, n_iters: int) -> Any:
+        """The compiled chunk for T trials and ``n_iters`` iterations (AOT, from shapes)."""
+        s = self.setup
+        venv = TrialVecEnv(s.env, T * self.n_envs, self.tick_budget, trials=T)
+        fn = trial_chunk(venv, s.agent, self.n_steps, n_iters)
+        one = jax.eval_shape(self._init_one, jax.random.PRNGKey(0), s.hyper,
+                             jnp.zeros(3, jnp.float32))
+        states, runner = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct((T,) + x.shape, x.dtype), one)
+        prefs = jax.ShapeDtypeStruct((n_iters, T, self.n_envs, 3), jnp.float32)
+        return self._compile(("chunk", T, n_iters), fn, states, runner, s.params, prefs)
+
+    def eval_program(self, T: int) -> Any:
+        s = self.setup
+        L = self.eval_links
+        venv = TrialVecEnv(self.eval_env, T * L, self.tick_budget, trials=T)
+        single = VecEnv(self.eval_env, L, self.tick_budget)
+        agent = s.agent
+        links = jnp.arange(L, dtype=jnp.int32)
+        base = self.eval_params.replace(link_index=links)
+
+        def start(state, pref, key):
+            p = base.replace(pref=jnp.broadcast_to(pref, (L, 3)))
+            return init_runner(single, agent, state, p, key)
+
+        def run(states, prefs, key):
+            # every trial starts from the same key: the same links and initial rates
+            runner = jax.vmap(start, in_axes=(0, 0, None))(states, prefs, key)
+            p = self.eval_params.replace(pref=jnp.repeat(prefs, L, 0),
+                                         link_index=jnp.tile(links, T))
+            _, tr = rollout_trials(venv, agent, states, _flat_runner(runner, T, L), p,
+                                   self.eval_steps, explore=False)
+            w = tr.valid.astype(jnp.float32)
+            cnt = jnp.maximum(w.sum(0), 1.0)
+            m = lambda x: ((x * w).sum(0) / cnt).reshape(T, L).mean(1)  # noqa: E731
+            return dict(reward=m(tr.reward), utilization=m(jnp.minimum(tr.info.utilization, 1)),
+                        latency_ratio=m(tr.info.latency_ratio), loss_rate=m(tr.info.loss_rate))
+
+        one = jax.eval_shape(self._init_one, jax.random.PRNGKey(0), s.hyper,
+                             jnp.zeros(3, jnp.float32))[0]
+        states = jax.tree.map(lambda x: jax.ShapeDtypeStruct((T,) + x.shape, x.dtype), one)
+        prefs = jax.ShapeDtypeStruct((T, 3), jnp.float32)
+        return self._compile(("eval", T), run, states, prefs, self.eval_key)
+
+    def evaluate(self, states: Any, trials: list[Trial]) -> dict[str, np.ndarray]:
+        fn = self.eval_program(len(trials))
+        w = jnp.asarray([t.preference for t in trials], jnp.float32)
+        return {k: np.asarray(v) for k, v in fn(states, w, self.eval_key).items()}
+
+    def finite(self, states: Any) -> np.ndarray:
+        """(T,) bool: every float in the trial's actor and critic is finite."""
+        return np.asarray(self._finite(states))
+
+    def copy_slot(self, tree: Any, dst: int, src: int) -> Any:
+        return self._copy(tree, jnp.int32(dst), jnp.int32(src))
+
+    def select(self, mask: np.ndarray, a: Any, b: Any) -> Any:
+        """Per trial: ``a``'s slice where ``mask``, else ``b``'s."""
+        return self._select(jnp.asarray(mask), a, b)
+
+    # -- batch size ----------------------------------------------------------------------------
+    def plan_batch(self, n_trials: int, requested: int | None) -> tuple[int, dict[str, Any]]:
+        """The batch size for ``n_trials`` pending trials of this group, and how it was chosen.
+
+        ``requested`` (``--batch`` or the spec's ``sweep.batch``) caps it. Otherwise the rule:
+        compile the chunk for B0 = min(n_trials, MAX_AUTO_BATCH) trials, read the bytes it needs
+        from XLA's memory analysis, and keep B0 if that is at most MEMORY_FRACTION of the free
+        device memory; else B = floor(B0 x MEMORY_FRACTION x free / need) (at least 1), taking
+        the need as proportional to the trials (the shared link pool is counted per trial too,
+        so the estimate errs on the safe side). Without a memory analysis, B0 is kept. The size
+        is then balanced so the batches are equal (``balanced``)."""
+        n0 = self.iters if self.chunk >= self.iters else self.chunk
+        info: dict[str, Any] = {}
+        if requested:
+            cap = min(requested, n_trials)
+            info["rule"] = "requested"
+        else:
+            b0 = min(n_trials, MAX_AUTO_BATCH)
+            need = memory_bytes(self.chunk_program(b0, n0))
+            free, source = free_memory_bytes()
+            info.update(rule="memory", tried=b0, need_bytes=need, free_bytes=free,
+                        free_source=source)
+            if need is None or need <= MEMORY_FRACTION * free:
+                cap = b0
+            else:
+                cap = max(1, int(b0 * MEMORY_FRACTION * free // need))
+        b = balanced(n_trials, cap)
+        info["batch"] = b
+        return b, info

@@ -1,0 +1,327 @@
+"""The result store of a sweep directory: an SQLite ledger, Parquet curves, orbax checkpoints.
+
+Layout of ``DIR``::
+
+    ledger.sqlite            the ledger (below); the one source of truth of what is finished
+    sweep.json               the spec as expanded (name, preset, axes, trial ids)
+    curves/<id>.parquet      per trial, one row per iteration (training metrics; eval_* columns
+                             at the iterations where the trial was evaluated)
+    trials/<id>/checkpoint/  orbax: the trial's best evaluated agent state (ccjax.train.store)
+    trials/<id>/policy/      that actor exported (policy.json, policy.npz) for `ccjax eval`
+
+Ledger schema (table ``trials``, one row per trial, primary key ``id``)::
+
+    id TEXT, idx INTEGER, group_id TEXT, point TEXT (JSON: the axis values), config TEXT (JSON:
+    resolved preset tables, seed), status TEXT (pending | running | done | failed), reason TEXT,
+    attempts INTEGER (times the trial was started), batch TEXT, batch_size INTEGER,
+    iterations INTEGER, reward REAL, utilization REAL, latency_ratio REAL, loss_rate REAL (final
+    deterministic evaluation at the trial's preference), train_reward REAL (mean training reward
+    over the last 10 iterations), best_reward REAL, best_iteration INTEGER, metrics TEXT (JSON:
+    all of the above and the evaluation history), compile_s REAL, train_s REAL, eval_s REAL
+    (of the trial's batch: trials of a batch share one program and one wall clock), started
+    REAL, ended REAL (Unix times)
+
+plus ``meta`` (key, value): the spec and when the sweep was created.
+
+The resume guarantee. Every change of a trial's row is one transaction. A trial becomes
+``done`` only after its curve, checkpoint and policy are on disk (each written to a temporary
+name and renamed, so a reader never sees half a file); a kill before that leaves it ``running``,
+and a resumed sweep turns ``running`` back into ``pending`` and trains it again, replacing
+whatever partial files it had. ``done`` and ``failed`` trials are never rerun. Rows are keyed by
+the trial id and inserted with ``INSERT OR IGNORE``, so no trial appears twice however often the
+sweep is resumed.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from ccjax.errors import ConfigError
+
+LEDGER = "ledger.sqlite"
+STATUSES = ("pending", "running", "done", "failed")
+METRIC_COLUMNS = ("reward", "utilization", "latency_ratio", "loss_rate", "train_reward",
+                  "best_reward")
+
+_SQL = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS trials (
+    id TEXT PRIMARY KEY,
+    idx INTEGER NOT NULL,
+    group_id TEXT NOT NULL,
+    point TEXT NOT NULL,
+    config TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'running', 'done', 'failed')),
+    reason TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    batch TEXT,
+    batch_size INTEGER,
+    iterations INTEGER,
+    reward REAL, utilization REAL, latency_ratio REAL, loss_rate REAL,
+    train_reward REAL, best_reward REAL, best_iteration INTEGER,
+    metrics TEXT,
+    compile_s REAL, train_s REAL, eval_s REAL,
+    started REAL, ended REAL
+);
+"""
+
+
+def _num(x: Any) -> Any:
+    """SQLite and JSON take no NaN: store a non-finite float as NULL."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+class Ledger:
+    """The ``trials`` table of one sweep directory."""
+
+    def __init__(self, directory: str | os.PathLike[str]):
+        self.dir = Path(directory)
+        self.path = self.dir / LEDGER
+        # autocommit off; every method is one ``with self.db`` transaction
+        self.db = sqlite3.connect(self.path, timeout=30.0)
+        self.db.row_factory = sqlite3.Row
+        # WAL: `ccjax results` can read while a sweep writes; a killed writer loses nothing
+        # that was committed
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        with self.db:
+            self.db.executescript(_SQL)
+
+    @classmethod
+    def existing(cls, directory: str | os.PathLike[str]) -> Ledger:
+        d = Path(directory)
+        if not (d / LEDGER).is_file():
+            raise ConfigError(f"sweep_dir={str(d)!r} is invalid: no {LEDGER} there (not a "
+                              "sweep directory)")
+        return cls(d)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- meta ----------------------------------------------------------------------------------
+    def get_meta(self, key: str) -> Any:
+        row = self.db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                            (key, json.dumps(value, default=str)))
+
+    # -- trials ----------------------------------------------------------------------------------
+    def ids(self) -> list[str]:
+        return [r[0] for r in self.db.execute("SELECT id FROM trials ORDER BY idx")]
+
+    def add(self, trials: Iterable[Any]) -> None:
+        """Insert trials as pending; existing rows are left alone."""
+        with self.db:
+            self.db.executemany(
+                "INSERT OR IGNORE INTO trials (id, idx, group_id, point, config, status) "
+                "VALUES (?, ?, ?, ?, ?, 'pending')",
+                [(t.id, t.index, t.group, json.dumps(t.point, sort_keys=True),
+                  json.dumps(t.config_json(), sort_keys=True)) for t in trials])
+
+    def requeue_running(self) -> list[str]:
+        """Trials a killed sweep left ``running`` become ``pending`` again."""
+        with self.db:
+            ids = [r[0] for r in self.db.execute("SELECT id FROM trials WHERE status = 'running'")]
+            self.db.execute("UPDATE trials SET status = 'pending' WHERE status = 'running'")
+        return ids
+
+    def status(self) -> dict[str, str]:
+        return {r[0]: r[1] for r in self.db.execute("SELECT id, status FROM trials")}
+
+    def counts(self) -> dict[str, int]:
+        out = dict.fromkeys(STATUSES, 0)
+        for st, n in self.db.execute("SELECT status, COUNT(*) FROM trials GROUP BY status"):
+            out[st] = n
+        return out
+
+    def start(self, ids: list[str], batch: str, batch_size: int) -> None:
+        now = time.time()
+        with self.db:
+            self.db.executemany(
+                "UPDATE trials SET status = 'running', attempts = attempts + 1, batch = ?, "
+                "batch_size = ?, started = ?, ended = NULL, reason = NULL WHERE id = ? "
+                "AND status = 'pending'", [(batch, batch_size, now, i) for i in ids])
+
+    def finish(self, tid: str, status: str, *, reason: str | None = None,
+               metrics: dict[str, Any] | None = None, timings: dict[str, float] | None = None
+               ) -> None:
+        """Record a trial's end (``done`` or ``failed``) in one transaction."""
+        if status not in ("done", "failed"):
+            raise ValueError(status)
+        m = {k: _num(v) for k, v in (metrics or {}).items()}
+        t = timings or {}
+        with self.db:
+            self.db.execute(
+                "UPDATE trials SET status = ?, reason = ?, iterations = ?, reward = ?, "
+                "utilization = ?, latency_ratio = ?, loss_rate = ?, train_reward = ?, "
+                "best_reward = ?, best_iteration = ?, metrics = ?, compile_s = ?, train_s = ?, "
+                "eval_s = ?, ended = ? WHERE id = ?",
+                (status, reason, m.get("iterations"), m.get("reward"), m.get("utilization"),
+                 m.get("latency_ratio"), m.get("loss_rate"), m.get("train_reward"),
+                 m.get("best_reward"), m.get("best_iteration"),
+                 json.dumps(m, default=str, allow_nan=False), _num(t.get("compile_s")),
+                 _num(t.get("train_s")), _num(t.get("eval_s")), time.time(), tid))
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.db.execute("SELECT * FROM trials ORDER BY idx")]
+
+
+# -- files written atomically ---------------------------------------------------------------------
+def write_curve(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """One trial's per-iteration rows as Parquet, via a temporary file and ``os.replace``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols: dict[str, list[Any]] = {}
+    for r in rows:
+        for k in r:
+            cols.setdefault(k, [])
+    for r in rows:
+        for k in cols:
+            cols[k].append(r.get(k))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    pq.write_table(pa.table(cols), tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def read_curve(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
+
+
+# -- `ccjax results`: the table, filtered and sorted ----------------------------------------------
+_FILTER = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*(<=|>=|!=|==|=|<|>)\s*(.+?)\s*$")
+
+
+def flat_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ledger rows with the config spread out: ``seed``, every ``table.key`` of the resolved
+    preset (so any key can be filtered on), and the point's keys."""
+    out = []
+    for r in rows:
+        cfg = json.loads(r["config"])
+        d = {k: v for k, v in r.items() if k not in ("config", "metrics", "point")}
+        d["seed"] = cfg.get("seed")
+        for table in ("agent", "hyper", "env", "train"):
+            for k, v in cfg.get(table, {}).items():
+                d[f"{table}.{k}"] = v
+        d["point"] = json.loads(r["point"])
+        out.append(d)
+    return out
+
+
+def varying_keys(rows: list[dict[str, Any]]) -> list[str]:
+    """The point keys (axes) in the order they first appear: the columns that tell trials
+    apart."""
+    keys: list[str] = []
+    for r in rows:
+        for k in r["point"]:
+            if k not in keys:
+                keys.append(k)
+    return keys
+
+
+def _coerce(text: str) -> Any:
+    t = text.strip().strip("'\"")
+    try:
+        return json.loads(t)
+    except ValueError:
+        return t
+
+
+def parse_filter(expr: str) -> tuple[str, str, Any]:
+    m = _FILTER.match(expr)
+    if not m:
+        raise ConfigError(f"filter={expr!r} is invalid: COLUMN OP VALUE with OP one of "
+                          "=, !=, <, <=, >, >= (e.g. status=done, hyper.lr<1e-3)")
+    key, op, val = m.groups()
+    return key, "=" if op == "==" else op, _coerce(val)
+
+
+def _cmp(a: Any, op: str, b: Any) -> bool:
+    if a is None:
+        return op == "!=" and b is not None
+    try:
+        if isinstance(b, (int, float)) and not isinstance(a, (list, dict)):
+            a = float(a)
+        elif isinstance(b, str):
+            a = str(a)
+        return {"=": a == b, "!=": a != b, "<": a < b, "<=": a <= b, ">": a > b,
+                ">=": a >= b}[op]
+    except (TypeError, ValueError):
+        return False
+
+
+def select(rows: list[dict[str, Any]], filters: list[str] | None = None,
+           sort: str | None = None, descending: bool = False,
+           limit: int | None = None) -> list[dict[str, Any]]:
+    """Rows of ``flat_rows`` that pass every filter, sorted (missing values last), limited."""
+    known = set().union(*(r.keys() for r in rows)) if rows else set()
+    for f in filters or []:
+        key, op, val = parse_filter(f)
+        if rows and key not in known:
+            raise ConfigError(f"filter={f!r} is invalid: no column {key!r}; columns include "
+                              f"{', '.join(sorted(k for k in known if k != 'point'))}")
+        rows = [r for r in rows if _cmp(r.get(key), op, val)]
+    if sort:
+        if rows and sort not in known:
+            raise ConfigError(f"sort={sort!r} is invalid: no column {sort!r}")
+        present = [r for r in rows if r.get(sort) is not None]
+        missing = [r for r in rows if r.get(sort) is None]
+        try:
+            present.sort(key=lambda r: r[sort], reverse=descending)
+        except TypeError:
+            present.sort(key=lambda r: str(r[sort]), reverse=descending)
+        rows = present + missing
+    if limit is not None:
+        if limit < 0:
+            raise ConfigError(f"limit={limit} is invalid: an integer >= 0")
+        rows = rows[:limit]
+    return rows
+
+
+TABLE_COLUMNS = ("status", "reward", "utilization", "latency_ratio", "loss_rate",
+                 "best_reward", "train_reward", "iterations", "attempts", "train_s",
+                 "compile_s", "reason")
+
+
+def csv_columns(rows: list[dict[str, Any]]) -> list[str]:
+    axes = varying_keys(rows)
+    return (["id", "idx", "group_id"] + axes + [c for c in TABLE_COLUMNS]
+            + ["best_iteration", "eval_s", "batch", "batch_size", "started", "ended"])
+
+
+def write_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:
+    cols = csv_columns(rows)
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    with open(tmp, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(cols)
+        for r in rows:
+            w.writerow([_cell(r.get(c)) for c in cols])
+    os.replace(tmp, p)
+
+
+def _cell(v: Any) -> Any:
+    if v is None:
+        return ""
+    if isinstance(v, (list, dict)):
+        return json.dumps(v)
+    return v

@@ -1,0 +1,402 @@
+"""``run_sweep``: a spec's trials, group by group and batch by batch, into a sweep directory.
+
+For each static group (``ccjax.sweep.spec``) the pending trials are cut into batches
+(``Group.plan_batch``); a batch is initialised, trained for ``train.iters`` iterations in compiled
+chunks of ``train.chunk`` (``ccjax.sweep.batch``), evaluated, and recorded
+(``ccjax.sweep.ledger``). Between chunks the loop checks every trial for non-finite losses or
+parameters: a trial that diverged is recorded ``failed`` at once, with the iteration and what
+went non-finite, and its slot is masked (overwritten by a healthy trial's, results discarded)
+while the rest of the batch goes on. A batch whose last slots would be empty is padded with
+copies of its last trial, so every batch of a group reuses one compiled program.
+
+With ``sweep.eval_every`` > 0 the trials are also evaluated every that many iterations, and each
+trial's best evaluated state is what its checkpoint and exported policy hold (as
+``ccjax train``'s ``policy/`` does); otherwise the final state is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from ccjax.errors import ConfigError
+from ccjax.sweep.batch import Group
+from ccjax.sweep.ledger import Ledger, write_curve
+from ccjax.sweep.spec import SweepSpec, Trial, load_spec
+from ccjax.train.store import Checkpoints, write_json
+
+#: the training metrics checked for divergence, in the order a reason names them
+_LOSSES = ("policy_loss", "value_loss", "entropy", "approx_kl")
+_PPO_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "ent_coef",
+               "std")
+_STAT_FIELDS = ("reward", "utilization", "latency_ratio", "loss_rate", "episode_return")
+_EVAL_FIELDS = ("reward", "utilization", "latency_ratio", "loss_rate")
+
+Callback = Callable[[str, list[str]], None]
+
+
+def default_out(spec: SweepSpec) -> Path:
+    return Path("runs") / "sweeps" / spec.name
+
+
+def run_sweep(spec: SweepSpec | str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
+              *, batch: int | None = None, resume: bool = False, progress: bool = False,
+              log: Callable[[str], None] | None = None,
+              callback: Callback | None = None) -> dict[str, Any]:
+    """Run (or, with ``resume``, continue) a sweep into ``out`` (default
+    ``runs/sweeps/<name>``). ``batch`` caps the trials per compiled batch (default: the spec's
+    ``sweep.batch``, else chosen from device memory). ``callback(event, trial_ids)`` is called
+    with ``"start"`` after a batch's trials are marked running and ``"end"`` after they are
+    recorded. Returns a summary (counts by status, wall time, the batches run)."""
+    if not isinstance(spec, SweepSpec):
+        spec = load_spec(spec)
+    if batch is not None and (not isinstance(batch, int) or batch < 1):
+        raise ConfigError(f"batch={batch!r} is invalid: an integer >= 1 (or omit it for the "
+                          "automatic size)")
+    out = Path(out) if out is not None else default_out(spec)
+    say = log or (lambda s: None)
+    ledger = _open(spec, out, resume)
+    t_start = time.perf_counter()
+    batches: list[dict[str, Any]] = []
+    bar = _Bar(len(spec.trials), progress)
+    try:
+        requeued = ledger.requeue_running()
+        if requeued:
+            say(f"resuming: {len(requeued)} interrupted trial(s) will run again")
+        status = ledger.status()
+        bar.set_done(sum(1 for s in status.values() if s in ("done", "failed")))
+        groups = spec.groups()
+        for gi, (gid, trials) in enumerate(groups.items()):
+            pending = [t for t in trials if status.get(t.id) == "pending"]
+            if not pending:
+                continue
+            group = Group(trials[0].cfg, spec.pool_seed)
+            size, how = group.plan_batch(len(pending), batch or spec.batch or None)
+            n_batches = -(-len(pending) // size)
+            say(f"group {gid} ({gi + 1}/{len(groups)}): {len(pending)} trial(s) in "
+                f"{n_batches} batch(es) of {size} ({_how(how)})")
+            for bi in range(n_batches):
+                part = pending[bi * size:(bi + 1) * size]
+                label = f"{gid}/{bi + 1}-of-{n_batches}"
+                rec = _run_batch(group, part, size, label, spec, ledger, out, bar, say,
+                                 callback)
+                batches.append(rec)
+    finally:
+        bar.close()
+    counts = ledger.counts()
+    ledger.close()
+    summary = {"out": str(out), "name": spec.name, "trials": len(spec.trials), **counts,
+               "wall_s": round(time.perf_counter() - t_start, 3), "batches": batches,
+               "backend": jax.default_backend(), "machine": platform.platform()}
+    return summary
+
+
+def _how(info: dict[str, Any]) -> str:
+    if info.get("rule") == "requested":
+        return "requested"
+    need = info.get("need_bytes")
+    if need is None:
+        return "no memory analysis on this backend: the whole group"
+    return (f"{info['tried']} trials need {need / 2**20:,.0f} MiB, "
+            f"{info['free_bytes'] / 2**20:,.0f} MiB free ({info['free_source']})")
+
+
+def _open(spec: SweepSpec, out: Path, resume: bool) -> Ledger:
+    exists = (out / "ledger.sqlite").is_file()
+    if exists and not resume:
+        raise ConfigError(f"out={str(out)!r} is invalid: it holds a sweep already; pass "
+                          "--resume to continue it or choose a new directory")
+    if resume and not exists:
+        raise ConfigError(f"out={str(out)!r} is invalid for --resume: no ledger.sqlite there")
+    out.mkdir(parents=True, exist_ok=True)
+    ledger = Ledger(out)
+    if resume:
+        old = set(ledger.ids())
+        new = {t.id for t in spec.trials}
+        if old != new:
+            ledger.close()
+            raise ConfigError(f"--resume is invalid: the spec's trials differ from the sweep in "
+                              f"{str(out)!r} ({len(new - old)} new, {len(old - new)} missing); "
+                              "resume with the same spec and presets")
+    else:
+        ledger.set_meta("spec", spec.to_json())
+        ledger.set_meta("created", time.time())
+        write_json(out / "sweep.json", spec.to_json())
+    ledger.add(spec.trials)
+    return ledger
+
+
+def _nonfinite(m: dict[str, np.ndarray], st: dict[str, np.ndarray], i: int, it0: int
+               ) -> str | None:
+    """Why trial slot ``i`` diverged in this chunk (the first iteration and quantity), or
+    None."""
+    n = next(iter(m.values())).shape[0]
+    for k in range(n):
+        for name in _LOSSES:
+            if not np.isfinite(m[name][k, i]):
+                return f"diverged: non-finite {name} at iteration {it0 + k + 1}"
+        if not np.isfinite(st["reward"][k, i]):
+            return f"diverged: non-finite training reward at iteration {it0 + k + 1}"
+    return None
+
+
+def _run_batch(group: Group, trials: list[Trial], size: int, label: str, spec: SweepSpec,
+               ledger: Ledger, out: Path, bar: _Bar, say: Callable[[str], None],
+               callback: Callback | None) -> dict[str, Any]:
+    n_real = len(trials)
+    slots = trials + [trials[-1]] * (size - n_real)  # padding: copies, results discarded
+    ids = [t.id for t in trials]
+    ledger.start(ids, label, n_real)
+    if callback is not None:
+        callback("start", ids)
+    compile0 = group.compile_s
+    wall0 = time.time()
+    states, runner = group.init(slots)
+    iters, chunk, every = group.iters, group.chunk, spec.eval_every
+    alive = np.zeros(size, bool)
+    alive[:n_real] = True
+    reasons: dict[int, str] = {}
+    curves: list[list[dict[str, Any]]] = [[] for _ in range(n_real)]
+    evals: list[list[dict[str, Any]]] = [[] for _ in range(n_real)]
+    best = np.full(size, -np.inf)
+    best_it = np.zeros(size, int)
+    best_states = states
+    prefs: dict[int, Any] = {}
+    train_s = eval_s = 0.0
+    it = 0
+    bar.start_batch(label, iters)
+
+    def evaluate(states: Any, it: int) -> dict[str, np.ndarray]:
+        nonlocal eval_s, best_states
+        group.eval_program(size)  # compiled outside the timer (compile_s has it)
+        t0 = time.perf_counter()
+        res = group.evaluate(states, slots)
+        eval_s += time.perf_counter() - t0
+        better = alive & np.isfinite(res["reward"]) & (res["reward"] > best)
+        if better.any():
+            best_states = group.select(better, states, best_states)
+            best[better] = res["reward"][better]
+            best_it[better] = it
+        for i in range(n_real):
+            if alive[i]:
+                evals[i].append({"iteration": it, **{k: float(res[k][i]) for k in res}})
+        return res
+
+    def fail(i: int, why: str) -> None:
+        alive[i] = False
+        reasons[i] = why
+        _record(ledger, out, trials[i], "failed", curves[i], evals[i], why, it, None,
+                _timings(group, compile0, train_s, eval_s))
+        bar.trial_done()
+        say(f"trial {trials[i].id} {json.dumps(trials[i].point)}: {why}")
+
+    while it < iters and alive[:n_real].any():
+        n = min(chunk, iters - it)
+        if every:
+            n = min(n, every - it % every)
+        fn = group.chunk_program(size, n)
+        if n not in prefs:
+            prefs[n] = group.prefs(slots, n)
+        t0 = time.perf_counter()
+        states, runner, (m, st) = fn(states, runner, group.setup.params, prefs[n])
+        jax.block_until_ready(states)
+        dt = time.perf_counter() - t0
+        train_s += dt
+        mh = {k: np.asarray(getattr(m, k)) for k in _PPO_FIELDS}  # (n, T)
+        sh = {k: np.asarray(getattr(st, k)) for k in _STAT_FIELDS + ("valid_steps",)}
+        ok_params = group.finite(states)
+        for i in range(n_real):
+            if not alive[i]:
+                continue
+            for k in range(n):
+                row = {"iteration": it + k + 1, "wall_s": train_s - dt * (n - 1 - k) / n,
+                       "valid_frac": float(sh["valid_steps"][k, i])
+                       / (group.n_envs * group.n_steps)}
+                row.update({f: float(sh[f][k, i]) for f in _STAT_FIELDS})
+                row.update({f: float(mh[f][k, i]) for f in _PPO_FIELDS})
+                curves[i].append(row)
+        it += n
+        newly = []
+        for i in range(n_real):
+            if not alive[i]:
+                continue
+            why = _nonfinite(mh, sh, i, it - n)
+            if why is None and not ok_params[i]:
+                why = f"diverged: non-finite parameters after iteration {it}"
+            if why is not None:
+                fail(i, why)
+                newly.append(i)
+        healthy = np.flatnonzero(alive)
+        if newly and healthy.size:
+            # mask the diverged slots: a copy of a healthy trial keeps every number finite
+            src = int(healthy[0])
+            for i in newly:
+                states = group.copy_slot(states, i, src)
+                runner = group.copy_slot(runner, i, src)
+                best_states = group.copy_slot(best_states, i, src)
+        if every and it % every == 0 and it < iters and healthy.size:
+            res = evaluate(states, it)
+            for i in range(n_real):
+                if alive[i] and not np.isfinite(res["reward"][i]):
+                    fail(i, f"diverged: non-finite evaluation reward at iteration {it}")
+        bar.advance(n, _info(curves, alive, n_real))
+    final = evaluate(states, it) if alive[:n_real].any() else None
+    timings = _timings(group, compile0, train_s, eval_s)
+    n_done = 0
+    for i in range(n_real):
+        if not alive[i]:
+            continue
+        assert final is not None
+        if not np.isfinite(final["reward"][i]):
+            fail(i, f"diverged: non-finite evaluation reward at iteration {it}")
+            continue
+        metrics = {k: float(final[k][i]) for k in _EVAL_FIELDS}
+        tail = [r["reward"] for r in curves[i][-10:]]
+        metrics.update(iterations=it, train_reward=float(np.mean(tail)),
+                       best_reward=float(best[i]), best_iteration=int(best_it[i]))
+        state = jax.tree.map(lambda x, i=i: x[i], best_states)
+        _save_model(out / "trials" / trials[i].id, group, trials[i], state, metrics)
+        _record(ledger, out, trials[i], "done", curves[i], evals[i], None, it, metrics, timings)
+        n_done += 1
+        bar.trial_done()
+    if callback is not None:
+        callback("end", ids)
+    rec = {"batch": label, "trials": n_real, "size": size, "done": n_done,
+           "failed": len(reasons), "compile_s": round(timings["compile_s"], 3),
+           "train_s": round(train_s, 3), "eval_s": round(eval_s, 3),
+           "init_s": round(group.last_init_s, 3), "wall_s": round(time.time() - wall0, 3)}
+    say(f"batch {label}: {n_real} trial(s) ({size} slots), {n_done} done, {len(reasons)} "
+        f"failed; compile {rec['compile_s']:.1f} s, train {rec['train_s']:.1f} s, "
+        f"eval {rec['eval_s']:.1f} s")
+    return rec
+
+
+def _timings(group: Group, compile0: float, train_s: float, eval_s: float) -> dict[str, float]:
+    return {"compile_s": group.compile_s - compile0, "train_s": train_s, "eval_s": eval_s}
+
+
+def _info(curves: list[list[dict[str, Any]]], alive: np.ndarray, n_real: int) -> str:
+    last = [curves[i][-1]["reward"] for i in range(n_real) if alive[i] and curves[i]]
+    if not last:
+        return ""
+    return f"train reward mean {np.mean(last):.3f} max {np.max(last):.3f}"
+
+
+def _record(ledger: Ledger, out: Path, trial: Trial, status: str, curve: list[dict[str, Any]],
+            evals: list[dict[str, Any]], reason: str | None, iterations: int,
+            metrics: dict[str, Any] | None, timings: dict[str, float]) -> None:
+    """The curve first (atomic), then the ledger row in one transaction: a row says ``done``
+    only when everything it points to is on disk."""
+    by_it = {e["iteration"]: e for e in evals}
+    rows = []
+    for r in curve:
+        e = by_it.get(r["iteration"], {})
+        rows.append({**r, **{f"eval_{k}": e.get(k) for k in _EVAL_FIELDS}})
+    if rows:
+        write_curve(out / "curves" / f"{trial.id}.parquet", rows)
+    m = dict(metrics or {"iterations": iterations})
+    m["evals"] = evals
+    ledger.finish(trial.id, status, reason=reason, metrics=m, timings=timings)
+
+
+def _save_model(d: Path, group: Group, trial: Trial, state: Any, metrics: dict[str, Any]
+                ) -> None:
+    """The trial's chosen agent state (orbax, ``ccjax.train.store.Checkpoints``) and its actor
+    exported for ``ccjax eval`` / deployment."""
+    import shutil
+
+    from ccjax.agents.export import save_policy
+
+    s = group.setup
+    for sub in ("checkpoint", "policy"):
+        shutil.rmtree(d / sub, ignore_errors=True)  # a rerun replaces what a killed run left
+    ck = Checkpoints(d / "checkpoint", keep=1)
+    ck.save(int(metrics["best_iteration"] or metrics["iterations"]), state,
+            {"trial": trial.id, "seed": trial.seed, "point": trial.point, **{
+                k: v for k, v in metrics.items() if k != "evals"}})
+    ck.close()
+    tmp = d / "policy.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_policy(tmp, s.agent, state.actor, s.env, s.params, algo=trial.cfg.name,
+                preference=list(trial.preference) if s.agent.pref_dim else None)
+    os.replace(tmp, d / "policy")
+
+
+def load_trial(sweep_dir: str | os.PathLike[str], trial_id: str) -> tuple[Any, Any, dict]:
+    """(AlgoConfig, agent state, progress JSON) of a finished trial, from its checkpoint."""
+    from ccjax.algos import AlgoConfig
+    from ccjax.train.setup import make_agent
+
+    d = Path(sweep_dir)
+    ledger = Ledger.existing(d)
+    row = next((r for r in ledger.rows() if r["id"] == trial_id), None)
+    ledger.close()
+    if row is None:
+        raise ConfigError(f"trial={trial_id!r} is invalid: not in {str(d)!r}")
+    if row["status"] != "done":
+        raise ConfigError(f"trial={trial_id!r} is invalid: its status is {row['status']}")
+    c = json.loads(row["config"])
+    cfg = AlgoConfig.from_dict({"name": c["algo"], **{t: c[t] for t in
+                                                      ("agent", "hyper", "env", "train")}})
+    from ccjax.train.setup import build
+
+    setup = build(cfg, 0)
+    agent, hyper = make_agent(cfg)
+    target = agent.init(jax.random.PRNGKey(0), setup.env.obs_dim, setup.env.action_dim, hyper)
+    ck = Checkpoints(d / "trials" / trial_id / "checkpoint", keep=1)
+    state, prog = ck.restore(target)
+    ck.close()
+    return cfg, state, prog
+
+
+class _Bar:
+    """rich progress: trials finished (of the sweep) and iterations of the running batch."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.p = None
+        if not enabled:
+            return
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.p = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                          MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
+                          TextColumn("{task.fields[info]}"))
+        self.p.start()
+        self.trials = self.p.add_task("trials", total=total, info="")
+        self.iters = self.p.add_task("batch", total=1, info="", visible=False)
+
+    def set_done(self, n: int) -> None:
+        if self.p is not None:
+            self.p.update(self.trials, completed=n)
+
+    def start_batch(self, label: str, iters: int) -> None:
+        if self.p is not None:
+            self.p.reset(self.iters, total=iters, description=f"batch {label}", info="",
+                         visible=True)
+
+    def advance(self, n: int, info: str) -> None:
+        if self.p is not None:
+            self.p.update(self.iters, advance=n, info=info)
+
+    def trial_done(self) -> None:
+        if self.p is not None:
+            self.p.update(self.trials, advance=1)
+
+    def close(self) -> None:
+        if self.p is not None:
+            self.p.stop()

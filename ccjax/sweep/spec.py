@@ -1,0 +1,417 @@
+"""Sweep specifications (``sweeps/*.toml``): parse, validate, expand into trials, group them.
+
+A spec names an algorithm preset, base overrides for every trial, and the axes to sweep::
+
+    name = "ppo-mocc-hparams"
+    algo = "ppo-mocc"                 # preset name (algos/) or a path to a preset TOML
+
+    [set]                             # every trial: table.key = value, as `ccjax train --set`
+    train.schedule = "fixed"
+    train.iters = 300
+    env.preference = [0.45, 0.35, 0.2]
+
+    [axes]                            # a grid: the Cartesian product, last key fastest
+    hyper.lr = [3e-4, 1e-3]
+    entropy = [{hyper.ent_start = 0.01, hyper.ent_end = 0.001},   # a *linked* axis: a name
+               {hyper.ent_start = 0.1, hyper.ent_end = 0.01}]     # and a list of tables
+    seed = [0, 1, 2, 3]
+
+    [random]                          # n samples, crossed with the grid
+    n = 8
+    seed = 0                          # the sampling seed
+    hyper.clip = {uniform = [0.1, 0.3]}
+    hyper.lr = {log_uniform = [1e-4, 3e-3]}
+    hyper.gamma = {choice = [0.98, 0.99]}
+
+    [sweep]
+    pool_seed = 0                     # the training link pool and the evaluation links
+    batch = 0                         # trials per compiled batch; 0: from device memory
+    eval_every = 0                    # iterations between evaluations (0: only at the end)
+
+Keys are ``table.key`` of the preset schema (``ccjax.algos.SCHEMA``) or ``seed``. A trial is the
+preset with ``[set]``, then its grid point, then its random sample applied; every value is checked
+by the preset's own schema, so a bad value or unknown key is a one-line ``ConfigError`` naming it,
+raised by ``load_spec`` before anything is traced.
+
+Dynamic and static keys (DESIGN principle 2): ``hyper.*``, ``seed`` and ``env.preference`` change
+no shape, so trials that differ only there share one compiled program (``ccjax.sweep.batch``).
+Any other key (``agent.hidden``, ``train.n_envs``, ``env.scenario``, ...) is static: trials are
+grouped by the static part of their config and each group compiles its own program.
+
+Trial ids are the first 12 hex digits of the SHA-256 of the trial's resolved configuration
+(preset tables, seed, pool seed): deterministic, so a resumed sweep finds its trials again, and a
+changed preset gives new ids rather than silently reusing results trained under the old one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ccjax.algos import SCHEMA, AlgoConfig, _check_value, load_algo, tomllib
+from ccjax.errors import ConfigError
+
+#: keys whose values change no shape: trials differing only here share a compiled program
+DYNAMIC_TABLE = "hyper"
+DYNAMIC_KEYS = ("seed", "env.preference")
+DISTRIBUTIONS = ("uniform", "log_uniform", "choice")
+SWEEP_KEYS = {"pool_seed": "an integer >= 0", "batch": "an integer >= 0 (0: automatic)",
+              "eval_every": "an integer >= 0 (0: evaluate only at the end)"}
+TOP_KEYS = ("name", "description", "algo", "set", "axes", "random", "sweep")
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One training run of a sweep."""
+
+    index: int  # position in the expansion (grid order, then random samples)
+    id: str  # 12 hex digits of the hash of the resolved config
+    group: str  # id of its static group (trials of a group share a compiled program)
+    point: dict[str, Any]  # the axis values that define it, e.g. {"hyper.lr": 3e-4, "seed": 1}
+    seed: int
+    cfg: AlgoConfig
+
+    @property
+    def preference(self) -> tuple[float, float, float]:
+        w = self.cfg.env.get("preference", (1 / 3, 1 / 3, 1 / 3))
+        return (float(w[0]), float(w[1]), float(w[2]))
+
+    def config_json(self) -> dict[str, Any]:
+        """What the ledger stores: the resolved preset tables, the seed and the point."""
+        return {"algo": self.cfg.name, "seed": self.seed, "point": self.point,
+                "agent": self.cfg.agent, "hyper": self.cfg.hyper, "env": self.cfg.env,
+                "train": self.cfg.train}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    algo: str
+    path: str
+    description: str = ""
+    base: dict[str, Any] = field(default_factory=dict)  # [set], flattened
+    grid: list[tuple[str, list[dict[str, Any]]]] = field(default_factory=list)  # axis -> values
+    random: dict[str, Any] = field(default_factory=dict)  # key -> distribution table
+    n_random: int = 0
+    random_seed: int = 0
+    pool_seed: int = 0
+    batch: int = 0
+    eval_every: int = 0
+    trials: list[Trial] = field(default_factory=list)
+
+    def groups(self) -> dict[str, list[Trial]]:
+        """Trials by static group, in expansion order."""
+        out: dict[str, list[Trial]] = {}
+        for t in self.trials:
+            out.setdefault(t.group, []).append(t)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "algo": self.algo, "path": self.path, "base": self.base,
+                "grid": self.grid, "random": self.random, "n_random": self.n_random,
+                "random_seed": self.random_seed, "pool_seed": self.pool_seed,
+                "eval_every": self.eval_every, "trials": [t.id for t in self.trials]}
+
+
+def presets_dir() -> Path:
+    from ccjax.presets import presets_dir as where
+
+    return where("sweeps")
+
+
+def list_sweeps() -> list[str]:
+    d = presets_dir()
+    return sorted(p.stem for p in d.glob("*.toml")) if d.is_dir() else []
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _flatten(table: Any, where: str, leaf_dicts: bool = False) -> dict[str, Any]:
+    """``{"hyper": {"lr": x}, "seed": 0}`` -> ``{"hyper.lr": x, "seed": 0}``: TOML turns the
+    dotted keys of a spec into nested tables; a sweep key is exactly ``table.key`` or ``seed``.
+    With ``leaf_dicts`` a dict under ``table.key`` is a value (a distribution), not a table."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where} is invalid: a table of table.key = value")
+    out: dict[str, Any] = {}
+    for k, v in table.items():
+        if k == "seed":
+            out["seed"] = v
+        elif k in SCHEMA and isinstance(v, dict):
+            for kk, vv in v.items():
+                if isinstance(vv, dict) and not leaf_dicts:
+                    raise ConfigError(f"{where} key {k}.{kk} is invalid: a value, not a table")
+                out[f"{k}.{kk}"] = vv
+        elif "." in k and k.partition(".")[0] in SCHEMA:  # quoted "hyper.lr" = ...
+            out[k] = v
+        else:
+            raise ConfigError(f"{where} key {k!r} is invalid: use table.key with table one of "
+                              f"{', '.join(SCHEMA)}, or seed")
+    return out
+
+
+def _check(key: str, value: Any, where: str) -> Any:
+    """One value through the preset schema (the same checks ``load_algo`` applies)."""
+    if key == "seed":
+        if not (_is_int(value) and value >= 0):
+            raise ConfigError(f"seed={value!r} is invalid in {where}: an integer >= 0")
+        return value
+    t, _, k = key.partition(".")
+    value = _check_value(t, k, value, where)
+    if key == "env.preference":
+        from ccjax.envs.build import check_preference
+
+        try:
+            check_preference(value, "env.preference")
+        except ConfigError as e:
+            raise ConfigError(f"{e} (in {where})") from None
+    return value
+
+
+def _parse_grid(axes: Any, where: str) -> list[tuple[str, list[dict[str, Any]]]]:
+    if not isinstance(axes, dict):
+        raise ConfigError(f"{where} is invalid: [axes] must be a table")
+    grid: list[tuple[str, list[dict[str, Any]]]] = []
+    seen: set[str] = set()
+    for name, v in axes.items():
+        if name in SCHEMA or name == "seed":
+            plain = _flatten({name: v}, f"{where} [axes]")
+            items = [(k, vals) for k, vals in plain.items()]
+            for k, vals in items:
+                if not isinstance(vals, list) or not vals:
+                    raise ConfigError(f"axes.{k}={vals!r} is invalid in {where}: a non-empty "
+                                      "list of values")
+                grid.append((k, [{k: _check(k, x, f"{where} [axes]")} for x in vals]))
+        elif "." in name and name.partition(".")[0] in SCHEMA:
+            if not isinstance(v, list) or not v:
+                raise ConfigError(f"axes.{name}={v!r} is invalid in {where}: a non-empty list "
+                                  "of values")
+            grid.append((name, [{name: _check(name, x, f"{where} [axes]")} for x in v]))
+        elif "." in name:
+            raise ConfigError(f"axes key {name!r} is invalid in {where}: use table.key with "
+                              f"table one of {', '.join(SCHEMA)}, or seed")
+        else:
+            # a linked axis: several keys that move together (e.g. an entropy schedule)
+            if not (isinstance(v, list) and v and all(isinstance(x, dict) for x in v)):
+                raise ConfigError(f"axes.{name} is invalid in {where}: a table.key axis, seed, "
+                                  "or a linked axis (a list of tables of table.key = value)")
+            vals = [_flatten(x, f"{where} [axes] {name}") for x in v]
+            keys = set(vals[0])
+            for x in vals:
+                if set(x) != keys:
+                    raise ConfigError(f"axes.{name} is invalid in {where}: every table must "
+                                      f"set the same keys ({', '.join(sorted(keys))})")
+            grid.append((name, [{k: _check(k, val, f"{where} [axes] {name}")
+                                 for k, val in x.items()} for x in vals]))
+        for k in grid[-1][1][0]:
+            if k in seen:
+                raise ConfigError(f"axes key {k} is invalid in {where}: swept twice")
+            seen.add(k)
+    return grid
+
+
+def _parse_random(rand: Any, where: str) -> tuple[dict[str, Any], int, int]:
+    if not isinstance(rand, dict):
+        raise ConfigError(f"{where} is invalid: [random] must be a table")
+    rand = dict(rand)
+    n = rand.pop("n", None)
+    seed = rand.pop("seed", 0)
+    if not (_is_int(n) and n >= 1):
+        raise ConfigError(f"random.n={n!r} is invalid in {where}: the number of samples, an "
+                          "integer >= 1")
+    if not (_is_int(seed) and seed >= 0):
+        raise ConfigError(f"random.seed={seed!r} is invalid in {where}: an integer >= 0")
+    dists = _flatten(rand, f"{where} [random]", leaf_dicts=True)
+    if not dists:
+        raise ConfigError(f"[random] is invalid in {where}: no key to sample")
+    for k, d in dists.items():
+        if k == "seed" or not isinstance(d, dict) or len(d) != 1 or next(iter(d)) not in \
+                DISTRIBUTIONS:
+            raise ConfigError(f"random.{k}={d!r} is invalid in {where}: one of "
+                              "{uniform = [lo, hi]}, {log_uniform = [lo, hi]}, "
+                              "{choice = [v, ...]}")
+        kind, arg = next(iter(d.items()))
+        if kind == "choice":
+            if not isinstance(arg, list) or not arg:
+                raise ConfigError(f"random.{k}.choice={arg!r} is invalid in {where}: a "
+                                  "non-empty list")
+            for x in arg:
+                _check(k, x, f"{where} [random]")
+            continue
+        ok = (isinstance(arg, list) and len(arg) == 2
+              and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                      and math.isfinite(x) for x in arg) and arg[0] <= arg[1])
+        if ok and kind == "log_uniform":
+            ok = arg[0] > 0
+        if not ok:
+            raise ConfigError(f"random.{k}.{kind}={arg!r} is invalid in {where}: [lo, hi] with "
+                              f"{'0 < ' if kind == 'log_uniform' else ''}lo <= hi")
+        if SCHEMA[k.partition(".")[0]].get(k.partition(".")[2], (None,))[0] is int:
+            raise ConfigError(f"random.{k}.{kind} is invalid in {where}: {k} is an integer; "
+                              "sample it with {choice = [...]}")
+        # both ends must be valid values themselves (a range reaching clip = 1 is not)
+        for x in arg:
+            _check(k, float(x), f"{where} [random]")
+    return dists, n, seed
+
+
+def _sample(dists: dict[str, Any], n: int, seed: int) -> list[dict[str, Any]]:
+    """``n`` samples, drawn in spec order from one generator: the same spec gives the same
+    samples on every machine (numpy's PCG64)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        s: dict[str, Any] = {}
+        for k, d in dists.items():
+            kind, arg = next(iter(d.items()))
+            if kind == "choice":
+                s[k] = arg[int(rng.integers(len(arg)))]
+            elif kind == "uniform":
+                s[k] = float(rng.uniform(arg[0], arg[1]))
+            else:
+                s[k] = float(math.exp(rng.uniform(math.log(arg[0]), math.log(arg[1]))))
+        out.append(s)
+    return out
+
+
+def _digest(obj: Any, n: int = 12) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
+def static_key(cfg: AlgoConfig) -> dict[str, Any]:
+    """The part of a config that fixes the compiled program's shapes and code paths."""
+    env = {k: v for k, v in cfg.env.items() if k != "preference"}
+    return {"algo": cfg.name, "agent": cfg.agent, "env": env, "train": cfg.train}
+
+
+def load_spec(name_or_path: str | os.PathLike[str]) -> SweepSpec:
+    """Load, validate and expand a spec: by name (``sweeps/<name>.toml``) or by path. Every
+    trial's config is resolved and checked here, before anything is traced."""
+    s = os.fspath(name_or_path)
+    if s.endswith(".toml") or "/" in s or os.sep in s:
+        path = Path(s)
+        if not path.is_file():
+            raise ConfigError(f"spec={s!r} is invalid: file not found")
+    else:
+        path = presets_dir() / f"{s}.toml"
+        if not path.is_file():
+            raise ConfigError(f"spec={s!r} is invalid: no such sweep; available: "
+                              f"{', '.join(list_sweeps()) or '(none)'} (or a path to a .toml)")
+    try:
+        with open(path, "rb") as fh:
+            data = tomllib.load(fh)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path.name} is invalid TOML: {e}") from None
+    return spec_from_dict(data, path.name, str(path))
+
+
+def spec_from_dict(data: dict[str, Any], where: str = "spec", path: str = "") -> SweepSpec:
+    """``load_spec`` for an already parsed TOML document."""
+    extra = sorted(set(data) - set(TOP_KEYS))
+    if extra:
+        raise ConfigError(f"{where} is invalid: unknown key {extra[0]!r}; allowed: "
+                          f"{', '.join(TOP_KEYS)}")
+    algo = data.get("algo")
+    if not isinstance(algo, str) or not algo:
+        raise ConfigError(f"algo is invalid in {where}: name an algorithm preset "
+                          "(e.g. algo = \"ppo-mocc\") or a preset TOML path")
+    if algo.endswith(".toml") and path and not Path(algo).is_absolute():
+        algo = str(Path(path).parent / algo)  # a preset path is relative to the spec
+    base = _flatten(data.get("set", {}), f"{where} [set]")
+    for k, v in base.items():
+        _check(k, v, f"{where} [set]")
+    grid = _parse_grid(data.get("axes", {}), where)
+    dists, n_rand, rseed = ({}, 0, 0)
+    if "random" in data:
+        dists, n_rand, rseed = _parse_random(data["random"], where)
+    swept = {k for _, vals in grid for k in vals[0]}
+    both = sorted(swept & set(dists))
+    if both:
+        raise ConfigError(f"{both[0]} is invalid in {where}: both on a grid axis and sampled")
+    sw = data.get("sweep", {})
+    if not isinstance(sw, dict):
+        raise ConfigError(f"{where} is invalid: [sweep] must be a table")
+    for k, v in sw.items():
+        if k not in SWEEP_KEYS:
+            raise ConfigError(f"sweep.{k} is invalid in {where}: unknown key; allowed: "
+                              f"{', '.join(SWEEP_KEYS)}")
+        if not (_is_int(v) and v >= 0):
+            raise ConfigError(f"sweep.{k}={v!r} is invalid in {where}: {SWEEP_KEYS[k]}")
+    spec = SweepSpec(name=str(data.get("name", Path(path).stem if path else "sweep")),
+                     algo=algo, path=path, description=str(data.get("description", "")),
+                     base=base, grid=grid, random=dists, n_random=n_rand, random_seed=rseed,
+                     pool_seed=sw.get("pool_seed", 0), batch=sw.get("batch", 0),
+                     eval_every=sw.get("eval_every", 0))
+    object.__setattr__(spec, "trials", expand(spec, where))
+    return spec
+
+
+def expand(spec: SweepSpec, where: str = "spec") -> list[Trial]:
+    """Grid points (Cartesian product, the last axis fastest) x random samples, each resolved
+    through ``load_algo`` and checked for what ``ccjax sweep`` runs."""
+    points: list[dict[str, Any]] = []
+    for combo in itertools.product(*[vals for _, vals in spec.grid]):
+        p: dict[str, Any] = {}
+        for d in combo:
+            p.update(d)
+        points.append(p)
+    if spec.n_random:
+        samples = _sample(spec.random, spec.n_random, spec.random_seed)
+        points = [{**p, **s} for p in points for s in samples]
+    trials: list[Trial] = []
+    seen: dict[str, int] = {}
+    for i, p in enumerate(points):
+        ov = {**spec.base, **p}
+        seed = int(ov.pop("seed", 0))
+        cfg = load_algo(spec.algo, ov)
+        _check_runnable(cfg, where)
+        resolved = {"algo": cfg.name, "agent": cfg.agent, "hyper": cfg.hyper, "env": cfg.env,
+                    "train": cfg.train, "seed": seed, "pool_seed": spec.pool_seed}
+        tid = _digest(resolved)
+        if tid in seen:
+            raise ConfigError(f"axes are invalid in {where}: trials {seen[tid]} and {i} have the "
+                              f"same configuration ({json.dumps(p, sort_keys=True)})")
+        seen[tid] = i
+        trials.append(Trial(index=i, id=tid, group="g" + _digest(
+            {**static_key(cfg), "pool_seed": spec.pool_seed}, 8), point=p, seed=seed, cfg=cfg))
+    return trials
+
+
+def _check_runnable(cfg: AlgoConfig, where: str) -> None:
+    """What the sweep engine supports today, as one-line errors."""
+    t = cfg.train
+    sched = t.get("schedule", "two-phase")
+    if sched != "fixed":
+        raise ConfigError(f"train.schedule={sched!r} is invalid in {where}: `ccjax sweep` "
+                          "trains each trial on one preference (train.schedule = \"fixed\"); "
+                          "landmark schedules (two-phase, all-at-once) are not supported in "
+                          "sweeps yet: use `ccjax train` for them")
+    if "iters" not in t:
+        raise ConfigError(f"train.iters is missing in {where}: the number of iterations each "
+                          "trial trains")
+    if t.get("shard", False):
+        raise ConfigError(f"train.shard=true is invalid in {where}: a sweep batches trials on "
+                          "one device; sharding environments is not supported there")
+    from ccjax.envs.build import check_preference
+    from ccjax.sim.scenario import load_scenario
+
+    try:
+        check_preference(cfg.env.get("preference", (1 / 3, 1 / 3, 1 / 3)), "env.preference")
+    except ConfigError as e:
+        raise ConfigError(f"{e} (in {where})") from None
+    scenario = cfg.env.get("scenario", "mocc-train")
+    if scenario not in _SCENARIOS_OK:
+        load_scenario(scenario)  # an unknown scenario is a ConfigError here, before tracing
+        _SCENARIOS_OK.add(scenario)
+
+
+_SCENARIOS_OK: set[str] = set()
