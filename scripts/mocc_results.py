@@ -35,11 +35,12 @@ def _json(path: Path) -> dict:
 
 
 def training_section(runs: dict[str, Path]) -> list[str]:
+    t = _json(next(iter(runs.values())) / "config.json")["algo"]["train"]
     out = ["## Two-phase training vs all landmarks at once", "",
-           "Both on `mocc-train` (fluid model), 1024 environments x 32 steps per iteration, the "
-           "same iteration budget; evaluation after each cycle: the deterministic policy on 8 "
-           "fixed training-range links per landmark, 200 steps, mean MOCC reward over the 36 "
-           "landmarks.", "",
+           f"Both on `mocc-train` (fluid model), {t['n_envs']} environments x {t['n_steps']} "
+           "steps per iteration, the same iteration budget; evaluation after each cycle: the "
+           f"deterministic policy on {t['eval_links']} fixed training-range links per landmark, "
+           f"{t['eval_steps']} steps, mean MOCC reward over the 36 landmarks.", "",
            "| schedule | iterations | train wall s | compile s | eval s | final mean landmark "
            "reward | worst landmark | wall s to 99% of final |",
            "|---|---|---|---|---|---|---|---|"]

@@ -24,8 +24,8 @@ from ccjax.sweep import Ledger, load_spec, load_trial, read_curve, results, run_
 from ccjax.sweep.batch import Group, balanced
 from ccjax.sweep.spec import list_sweeps, spec_from_dict
 
-#: every trial tiny: 8 envs x 4 steps, 3 iterations in one chunk, a 4-link pool, 2 eval links
-TINY = {"train": {"schedule": "fixed", "iters": 3, "chunk": 3, "n_envs": 8, "n_steps": 4,
+#: every trial tiny: 8 envs x 4 steps, 4 iterations in chunks of 2, a 4-link pool, 2 eval links
+TINY = {"train": {"schedule": "fixed", "iters": 4, "chunk": 2, "n_envs": 8, "n_steps": 4,
                   "eval_links": 2, "eval_steps": 8},
         "env": {"pool": 4, "episode_len": 20, "preference": [0.45, 0.35, 0.2]},
         "agent": {"n_minibatches": 2}}
@@ -46,12 +46,14 @@ def _toml_value(v) -> str:
     return json.dumps(v)  # numbers, strings and lists of them read the same in TOML
 
 
-def _write_spec(path: Path, axes: dict) -> Path:
+def _write_spec(path: Path, axes: dict, sweep: dict) -> Path:
     lines = ['name = "tiny"', 'algo = "ppo-mocc"', "[set]"]
     for t, kv in TINY.items():
         lines += [f"{t}.{k} = {_toml_value(v)}" for k, v in kv.items()]
     lines.append("[axes]")
     lines += [f"{k} = {_toml_value(v)}" for k, v in axes.items()]
+    lines.append("[sweep]")
+    lines += [f"{k} = {_toml_value(v)}" for k, v in sweep.items()]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -197,10 +199,11 @@ _DRIVER = textwrap.dedent("""
 @pytest.fixture(scope="module")
 def killed_and_resumed(tmp_path_factory):
     """4 trials (seed 0, 1 x lr 1e-3 and an lr that diverges) in batches of 2, each batch one
-    healthy and one diverging trial; the sweep process is SIGKILLed when its second batch
-    starts, then resumed here."""
+    healthy and one diverging trial, evaluated after 2 and 4 iterations; the sweep process is
+    SIGKILLed when its second batch starts, then resumed here."""
     d = tmp_path_factory.mktemp("sweep")
-    spec_path = _write_spec(d / "tiny.toml", {"seed": [0, 1], "hyper.lr": [1e-3, 1e30]})
+    spec_path = _write_spec(d / "tiny.toml", {"seed": [0, 1], "hyper.lr": [1e-3, 1e30]},
+                            {"eval_every": 2})
     out = d / "out"
     env = dict(os.environ)
     # share this session's compilation cache (tests/conftest.py) with the child
@@ -259,16 +262,21 @@ def test_diverging_trial_fails_alone(killed_and_resumed):
             assert "iteration" in row["reason"]
         else:  # its batch-mate trained to the end and was evaluated
             assert row["status"] == "done" and row["reason"] is None
-            assert row["iterations"] == 3 and 0.0 <= row["reward"] <= 1.0
-            assert math.isfinite(row["train_reward"])
+            assert row["iterations"] == 4 and 0.0 <= row["reward"] <= 1.0
+            assert math.isfinite(row["train_reward"]) and row["best_iteration"] in (2, 4)
             assert (k["out"] / "trials" / t.id / "policy" / "policy.json").is_file()
             curve = read_curve(k["out"] / "curves" / f"{t.id}.parquet")
-            assert [r["iteration"] for r in curve] == [1, 2, 3]
+            assert [r["iteration"] for r in curve] == [1, 2, 3, 4]
+            evals = [r["eval_reward"] for r in curve]
+            assert evals[0] is None and evals[2] is None  # evaluated at 2 and 4 only
+            assert max(evals[1], evals[3]) == pytest.approx(row["best_reward"])
+            assert evals[3] == pytest.approx(row["reward"])
 
 
 def test_batched_trial_equals_the_trial_alone(killed_and_resumed):
     """Seed 1 at lr 1e-3 trained in a batch beside a diverging trial; alone (the drivers'
-    un-batched chunk, started as ccjax.train.Trainer starts a run) it computes the same."""
+    un-batched chunks, started as ccjax.train.Trainer starts a run) it computes the same: the
+    same curves, evaluations, and the best evaluated parameters in its checkpoint."""
     from ccjax.agents.drivers import init_runner, make_chunk
     from ccjax.train.setup import Evaluator, build
 
@@ -279,22 +287,28 @@ def test_batched_trial_equals_the_trial_alone(killed_and_resumed):
     key = jax.random.PRNGKey(trial.seed)
     state = s.agent.init(jax.random.fold_in(key, 0), s.env.obs_dim, s.env.action_dim, s.hyper)
     runner = init_runner(s.venv, s.agent, state, s.params, jax.random.fold_in(key, 1))
-    iters = trial.cfg.train["iters"]
-    prefs = jnp.broadcast_to(jnp.asarray(trial.preference, jnp.float32), (iters, s.venv.n, 3))
-    state, _, (m, st) = make_chunk(s.venv, s.agent, trial.cfg.train["n_steps"], iters)(
-        state, runner, s.params, prefs)
-    curve = read_curve(k["out"] / "curves" / f"{trial.id}.parquet")
-    np.testing.assert_allclose([r["reward"] for r in curve], np.asarray(st.reward), rtol=1e-4,
-                               atol=1e-6)
-    np.testing.assert_allclose([r["policy_loss"] for r in curve], np.asarray(m.policy_loss),
-                               rtol=1e-3, atol=1e-5)
-    _, saved, prog = load_trial(k["out"], trial.id)
-    for a, b in zip(jax.tree.leaves(saved.actor), jax.tree.leaves(state.actor), strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+    prefs = jnp.broadcast_to(jnp.asarray(trial.preference, jnp.float32), (2, s.venv.n, 3))
+    chunk = make_chunk(s.venv, s.agent, trial.cfg.train["n_steps"], 2)
     ev = Evaluator(s, 1, trial.cfg.train["eval_links"], trial.cfg.train["eval_steps"])
-    alone = ev(state, np.asarray([trial.preference], np.float32))["reward"][0]
-    assert k["final"][trial.id]["reward"] == pytest.approx(float(alone), rel=1e-4, abs=1e-6)
-    assert prog["trial"] == trial.id
+    w = np.asarray([trial.preference], np.float32)
+    states, rewards, losses, evals = {}, [], [], {}
+    for it in (2, 4):  # two chunks of 2 iterations, an evaluation after each
+        state, runner, (m, st) = chunk(state, runner, s.params, prefs)
+        rewards += list(np.asarray(st.reward))
+        losses += list(np.asarray(m.policy_loss))
+        states[it], evals[it] = state, float(ev(state, w)["reward"][0])
+    curve = read_curve(k["out"] / "curves" / f"{trial.id}.parquet")
+    np.testing.assert_allclose([r["reward"] for r in curve], rewards, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose([r["policy_loss"] for r in curve], losses, rtol=1e-3, atol=1e-5)
+    np.testing.assert_allclose([curve[1]["eval_reward"], curve[3]["eval_reward"]],
+                               [evals[2], evals[4]], rtol=1e-4, atol=1e-6)
+    row = k["final"][trial.id]
+    assert row["reward"] == pytest.approx(evals[4], rel=1e-4, abs=1e-6)
+    _, saved, prog = load_trial(k["out"], trial.id)
+    assert prog["trial"] == trial.id and prog["best_iteration"] == row["best_iteration"]
+    best = states[row["best_iteration"]]
+    for a, b in zip(jax.tree.leaves(saved.actor), jax.tree.leaves(best.actor), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
 # -- ccjax results ---------------------------------------------------------------------------------

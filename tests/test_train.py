@@ -167,8 +167,13 @@ def test_train_resume_and_adapt(tmp_path):
         train(load_algo("ppo-mocc", {**TINY, "hyper.lr": 3e-4}), out, resume=True,
               progress=False)
 
+    # best/ holds the whole learner state of the best evaluation, which adapt continues from
+    assert sorted(p.name for p in (out / "best").iterdir() if p.name.isdigit()) == [
+        str(s2["best_iteration"])]
     a = adapt(out, (0.5, 0.2, 0.3), tmp_path / "ad", progress=False)
     assert a["done"] and a["iterations"] == 4
+    src_meta = json.loads((tmp_path / "ad" / "config.json").read_text())["meta"]
+    assert src_meta["from_iteration"] == s2["best_iteration"]
     arows = _rows(tmp_path / "ad" / "metrics.csv")
     assert all(r["reward_replay"] != "" for r in arows)
     aev = _rows(tmp_path / "ad" / "eval.csv")

@@ -277,15 +277,19 @@ class Group:
         return jnp.broadcast_to(w[None, :, None, :], (n_iters, len(trials), self.n_envs, 3))
 
     # -- compiled programs -------------------------------------------------------------------
-    def _compile(self, key: tuple, fn, *args) -> Any:
+    def _compile(self, key: tuple, fn, *args, donate: tuple[int, ...] = ()) -> Any:
         if key not in self._programs:
             t0 = time.perf_counter()
-            self._programs[key] = jax.jit(fn).lower(*args).compile()
+            self._programs[key] = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
             self.compile_s += time.perf_counter() - t0
         return self._programs[key]
 
     def chunk_program(self, T: int, n_iters: int) -> Any:
-        """The compiled chunk for T trials and ``n_iters`` iterations (AOT, from shapes)."""
+        """The compiled chunk for T trials and ``n_iters`` iterations (AOT, from shapes). The
+        states and runner passed in are donated (their buffers become the outputs: measured
+        for ppo-mocc-hparams, 64 trials x 128 environments, XLA's analysis gave 3.0 GB of
+        arguments, 3.0 GB of outputs and 3.1 GB of temporaries without donation), so a caller
+        must not use them after the call."""
         s = self.setup
         venv = TrialVecEnv(s.env, T * self.n_envs, self.tick_budget, trials=T)
         fn = trial_chunk(venv, s.agent, self.n_steps, n_iters)
@@ -294,7 +298,8 @@ class Group:
         states, runner = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct((T,) + x.shape, x.dtype), one)
         prefs = jax.ShapeDtypeStruct((n_iters, T, self.n_envs, 3), jnp.float32)
-        return self._compile(("chunk", T, n_iters), fn, states, runner, s.params, prefs)
+        return self._compile(("chunk", T, n_iters), fn, states, runner, s.params, prefs,
+                             donate=(0, 1))
 
     def eval_program(self, T: int) -> Any:
         s = self.setup

@@ -168,7 +168,7 @@ def _run_batch(group: Group, trials: list[Trial], size: int, label: str, spec: S
     evals: list[list[dict[str, Any]]] = [[] for _ in range(n_real)]
     best = np.full(size, -np.inf)
     best_it = np.zeros(size, int)
-    best_states = states
+    best_states: Any = None  # a copy made at the first evaluation (the chunk donates `states`)
     prefs: dict[int, Any] = {}
     train_s = eval_s = 0.0
     it = 0
@@ -181,7 +181,9 @@ def _run_batch(group: Group, trials: list[Trial], size: int, label: str, spec: S
         res = group.evaluate(states, slots)
         eval_s += time.perf_counter() - t0
         better = alive & np.isfinite(res["reward"]) & (res["reward"] > best)
-        if better.any():
+        if best_states is None:
+            best_states = group.select(better, states, states)  # new buffers, not aliases
+        elif better.any():
             best_states = group.select(better, states, best_states)
             best[better] = res["reward"][better]
             best_it[better] = it
@@ -241,7 +243,8 @@ def _run_batch(group: Group, trials: list[Trial], size: int, label: str, spec: S
             for i in newly:
                 states = group.copy_slot(states, i, src)
                 runner = group.copy_slot(runner, i, src)
-                best_states = group.copy_slot(best_states, i, src)
+                if best_states is not None:
+                    best_states = group.copy_slot(best_states, i, src)
         if every and it % every == 0 and it < iters and healthy.size:
             res = evaluate(states, it)
             for i in range(n_real):

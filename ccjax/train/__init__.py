@@ -87,11 +87,21 @@ def adapt(from_dir: str | Path, preference, out: str | Path | None = None, *,
     pool_arr = np.asarray(pool, np.float32).reshape(-1, 3)
     n_iters = iters if iters is not None else cfg.train.get("adapt_iters", 200)
     setup = build(cfg, seed)
-    ck = Checkpoints(src / "checkpoints")
-    if ck.latest() is None:
+    # the trained model: the best-evaluated state (best/, what policy/ exports) when the run
+    # recorded one, else its last checkpoint
+    ck = None
+    for sub in ("best", "checkpoints"):
+        if (src / sub).is_dir():
+            ck = Checkpoints(src / sub)
+            if ck.latest() is not None:
+                break
+            ck.close()
+            ck = None
+    if ck is None:
         raise ConfigError(f"from={str(src)!r} is invalid: it has no checkpoint")
     fresh = setup.agent.init(jax.random.PRNGKey(0), setup.env.obs_dim, 1,
                              setup.hyper)
+    from_iter = ck.latest()
     state, _ = ck.restore(fresh)
     ck.close()
     schedule = Fixed(setup.venv.n, tuple(float(x) for x in w), n_iters,
@@ -100,7 +110,8 @@ def adapt(from_dir: str | Path, preference, out: str | Path | None = None, *,
     if out is None:
         out = src / "adapt" / (fmt(w).strip("<>").replace(",", "-")
                                + ("" if replay else "-noreplay"))
-    meta = {"from": str(src.resolve()), "preference": [float(x) for x in w], "replay": replay,
+    meta = {"from": str(src.resolve()), "from_iteration": int(from_iter),
+            "preference": [float(x) for x in w], "replay": replay,
             "pool": pool + [[float(x) for x in w]]}
     return Trainer(setup, schedule, out, resume=resume, init_state=state, meta=meta,
                    progress=progress, log=log).run(max_iters)

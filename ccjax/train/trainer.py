@@ -175,7 +175,7 @@ class Trainer:
                     if prog["evals"][-1] > prog.get("best", -np.inf):
                         # policy/ holds the best evaluated model, not merely the last
                         prog["best"], prog["best_iteration"] = prog["evals"][-1], prog["iteration"]
-                        self._export(state)
+                        self._export(state, prog)
                 prog["segment"] += 1
                 prog["seg_iter"] = 0
                 self._save(state, prog)
@@ -186,7 +186,7 @@ class Trainer:
         self.state = state
         summary = self._summary(prog, eval_prefs)
         if prog["done"] and "best_iteration" not in prog:
-            self._export(state)
+            self._export(state, prog)
         write_json(self.out / "summary.json", summary)
         self.ckpt.close()
         return summary
@@ -251,9 +251,18 @@ class Trainer:
                 "machine": platform.platform(),
                 "final_eval": last}
 
-    def _export(self, state: Any) -> None:
+    def _export(self, state: Any, prog: dict[str, Any]) -> None:
+        """policy/ (the actor, for deployment and evaluation) and best/ (the whole learner
+        state, from which ``ccjax adapt`` continues: MOCC adapts the trained model, and a run
+        may have degraded after its best evaluation)."""
         from ccjax.agents.export import save_policy
 
+        best = Checkpoints(self.out / "best", keep=1)
+        try:
+            best.save(int(prog["iteration"]), state,
+                      {"iteration": int(prog["iteration"]), "eval": prog.get("best")})
+        finally:
+            best.close()
         s = self.setup
         pref = getattr(self.schedule, "preference", None) if s.agent.pref_dim else None
         save_policy(self.out / "policy", s.agent, state.actor, s.env, s.params,
