@@ -185,8 +185,8 @@ def _run_batch(group: Group, trials: list[Trial], size: int, label: str, spec: S
             best_states = group.select(better, states, states)  # new buffers, not aliases
         elif better.any():
             best_states = group.select(better, states, best_states)
-            best[better] = res["reward"][better]
-            best_it[better] = it
+        best[better] = res["reward"][better]
+        best_it[better] = it
         for i in range(n_real):
             if alive[i]:
                 evals[i].append({"iteration": it, **{k: float(res[k][i]) for k in res}})
