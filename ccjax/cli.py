@@ -418,6 +418,9 @@ def _add_sweep(sub) -> None:
     p.add_argument("--out", help="sweep directory (default runs/sweeps/<name>)")
     p.add_argument("--batch", type=int, help="trials per compiled batch (default: the spec's "
                    "sweep.batch, else as many as fit half the free device memory)")
+    p.add_argument("--set", type=_set_value, action="append", metavar="TABLE.KEY=VALUE",
+                   help="override a value for every trial, on top of the spec's [set] (e.g. "
+                   "--set train.iters=20); repeatable")
     p.add_argument("--resume", action="store_true", help="continue the sweep in --out")
     p.add_argument("--quiet", action="store_true")
     r = sub.add_parser(
@@ -443,7 +446,8 @@ def cmd_sweep(args) -> int:
     if args.batch is not None and args.batch < 1:
         raise ConfigError(f"batch={args.batch} is invalid: an integer >= 1 (omit it for the "
                           "automatic size)")
-    spec = load_spec(args.spec)  # every trial validated here, before anything is traced
+    # every trial validated here, before anything is traced
+    spec = load_spec(args.spec, dict(args.set or []))
     out = args.out or str(default_out(spec))
     log = _log(args)
     if log:
@@ -494,7 +498,8 @@ def cmd_results(args) -> int:
             cells.append("" if v is None else f.format(v) if f else
                          (f"{v:.3g}" if isinstance(v, float) else str(v)))
         t.add_row(*cells)
-    c = Console(width=None if sys.stdout.isatty() else 160)
+    # off a terminal (a pipe, a log) wide enough that the axis columns are not cut
+    c = Console(width=None if sys.stdout.isatty() else 240)
     c.print(t)
     c.print("reward, utilization, latency_ratio, loss_rate: final deterministic evaluation at "
             "the trial's preference; train_s: its batch's training wall time")

@@ -164,6 +164,18 @@ def test_batch_size_rule(monkeypatch):
     assert g.plan_batch(40, None)[0] == 40
 
 
+def test_progress_bar_runs_off_a_terminal():
+    from ccjax.sweep.runner import _Bar
+
+    bar = _Bar(4, True)
+    bar.set_done(1)
+    bar.start_batch("g/1-of-2", 10)
+    bar.advance(5, "train reward mean 0.5")
+    bar.trial_done()
+    bar.close()
+    _Bar(4, False).advance(1, "")  # disabled: a no-op
+
+
 def test_shipped_hparam_spec():
     assert "ppo-mocc-hparams" in list_sweeps()
     s = load_spec("ppo-mocc-hparams")
@@ -349,3 +361,9 @@ def test_sweep_cli_errors_are_one_line(tmp_path, capsys):
     assert not (tmp_path / "o").exists()  # nothing written, nothing traced
     assert main(["sweep", "no-such-sweep"]) == 2
     assert main(["sweep", str(bad), "--batch", "0"]) == 2
+    assert main(["sweep", "ppo-mocc-hparams", "--set", "hyper.lr=0.1"]) == 2
+    assert "set hyper.lr is invalid: ppo-mocc-hparams.toml sweeps it" in capsys.readouterr().err
+    assert main(["sweep", "ppo-mocc-hparams", "--set", "train.iters=0"]) == 2
+    assert "train.iters=0 is invalid in --set" in capsys.readouterr().err
+    s = load_spec("ppo-mocc-hparams", {"train.iters": 2, "train.n_envs": 8})
+    assert {t.cfg.train["iters"] for t in s.trials} == {2} and len(s.trials) >= 64

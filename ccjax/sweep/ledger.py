@@ -129,7 +129,7 @@ class Ledger:
             self.db.executemany(
                 "INSERT OR IGNORE INTO trials (id, idx, group_id, point, config, status) "
                 "VALUES (?, ?, ?, ?, ?, 'pending')",
-                [(t.id, t.index, t.group, json.dumps(t.point, sort_keys=True),
+                [(t.id, t.index, t.group, json.dumps(t.point),  # axis order kept for columns
                   json.dumps(t.config_json(), sort_keys=True)) for t in trials])
 
     def requeue_running(self) -> list[str]:

@@ -39,8 +39,9 @@ Any other key (``agent.hidden``, ``train.n_envs``, ``env.scenario``, ...) is sta
 grouped by the static part of their config and each group compiles its own program.
 
 Trial ids are the first 12 hex digits of the SHA-256 of the trial's resolved configuration
-(preset tables, seed, pool seed): deterministic, so a resumed sweep finds its trials again, and a
-changed preset gives new ids rather than silently reusing results trained under the old one.
+(preset tables, seed, pool seed, evaluation period): deterministic, so a resumed sweep finds
+its trials again, and a changed preset gives new ids rather than silently reusing results
+trained under the old one.
 """
 
 from __future__ import annotations
@@ -293,9 +294,11 @@ def static_key(cfg: AlgoConfig) -> dict[str, Any]:
     return {"algo": cfg.name, "agent": cfg.agent, "env": env, "train": cfg.train}
 
 
-def load_spec(name_or_path: str | os.PathLike[str]) -> SweepSpec:
+def load_spec(name_or_path: str | os.PathLike[str],
+              overrides: dict[str, Any] | None = None) -> SweepSpec:
     """Load, validate and expand a spec: by name (``sweeps/<name>.toml``) or by path. Every
-    trial's config is resolved and checked here, before anything is traced."""
+    trial's config is resolved and checked here, before anything is traced. ``overrides``
+    (``{"train.iters": 20}``, ``ccjax sweep --set``) apply on top of the spec's ``[set]``."""
     s = os.fspath(name_or_path)
     if s.endswith(".toml") or "/" in s or os.sep in s:
         path = Path(s)
@@ -311,10 +314,11 @@ def load_spec(name_or_path: str | os.PathLike[str]) -> SweepSpec:
             data = tomllib.load(fh)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{path.name} is invalid TOML: {e}") from None
-    return spec_from_dict(data, path.name, str(path))
+    return spec_from_dict(data, path.name, str(path), overrides)
 
 
-def spec_from_dict(data: dict[str, Any], where: str = "spec", path: str = "") -> SweepSpec:
+def spec_from_dict(data: dict[str, Any], where: str = "spec", path: str = "",
+                   overrides: dict[str, Any] | None = None) -> SweepSpec:
     """``load_spec`` for an already parsed TOML document."""
     extra = sorted(set(data) - set(TOP_KEYS))
     if extra:
@@ -329,6 +333,12 @@ def spec_from_dict(data: dict[str, Any], where: str = "spec", path: str = "") ->
     base = _flatten(data.get("set", {}), f"{where} [set]")
     for k, v in base.items():
         _check(k, v, f"{where} [set]")
+    for k, v in (overrides or {}).items():
+        t = k.partition(".")[0]
+        if k != "seed" and (t not in SCHEMA or "." not in k):
+            raise ConfigError(f"set {k!r} is invalid: use table.key with table one of "
+                              f"{', '.join(SCHEMA)}, or seed")
+        base[k] = _check(k, v, "--set")
     grid = _parse_grid(data.get("axes", {}), where)
     dists, n_rand, rseed = ({}, 0, 0)
     if "random" in data:
@@ -337,6 +347,10 @@ def spec_from_dict(data: dict[str, Any], where: str = "spec", path: str = "") ->
     both = sorted(swept & set(dists))
     if both:
         raise ConfigError(f"{both[0]} is invalid in {where}: both on a grid axis and sampled")
+    clash = sorted(set(overrides or {}) & (swept | set(dists)))
+    if clash:
+        raise ConfigError(f"set {clash[0]} is invalid: {where} sweeps it (on an axis or "
+                          "sampled); a --set value would replace the axis")
     sw = data.get("sweep", {})
     if not isinstance(sw, dict):
         raise ConfigError(f"{where} is invalid: [sweep] must be a table")
@@ -374,8 +388,10 @@ def expand(spec: SweepSpec, where: str = "spec") -> list[Trial]:
         seed = int(ov.pop("seed", 0))
         cfg = load_algo(spec.algo, ov)
         _check_runnable(cfg, where)
+        # everything that changes what the trial computes or records (not the batch size)
         resolved = {"algo": cfg.name, "agent": cfg.agent, "hyper": cfg.hyper, "env": cfg.env,
-                    "train": cfg.train, "seed": seed, "pool_seed": spec.pool_seed}
+                    "train": cfg.train, "seed": seed, "pool_seed": spec.pool_seed,
+                    "eval_every": spec.eval_every}
         tid = _digest(resolved)
         if tid in seen:
             raise ConfigError(f"axes are invalid in {where}: trials {seen[tid]} and {i} have the "
