@@ -164,6 +164,28 @@ def test_batch_size_rule(monkeypatch):
     assert g.plan_batch(40, None)[0] == 40
 
 
+def test_ledger_transitions(tmp_path):
+    s = _spec({"seed": [0, 1, 2]})
+    led = Ledger(tmp_path)
+    led.add(s.trials)
+    led.add(s.trials)  # inserted once, whatever the number of calls
+    assert led.ids() == [t.id for t in s.trials]
+    a, b, c = (t.id for t in s.trials)
+    led.start([a, b], "g/1", 2)
+    led.finish(a, "done", metrics={"reward": 0.5, "iterations": 4},
+               timings={"compile_s": 1.0, "train_s": 2.0, "eval_s": 0.1})
+    led.finish(b, "failed", reason="diverged: non-finite value_loss at iteration 2",
+               metrics={"iterations": 2, "evals": [{"iteration": 2, "reward": float("nan")}]})
+    led.start([a, c], "g/2", 2)  # a is done: not started again
+    assert led.counts() == {"pending": 0, "running": 1, "done": 1, "failed": 1}
+    assert led.requeue_running() == [c]
+    rows = {r["id"]: r for r in led.rows()}
+    assert rows[a]["attempts"] == 1 and rows[a]["status"] == "done" and rows[a]["reward"] == 0.5
+    assert json.loads(rows[b]["metrics"])["evals"][0]["reward"] is None  # NaN stored as null
+    assert rows[c]["status"] == "pending" and rows[c]["attempts"] == 1
+    led.close()
+
+
 def test_progress_bar_runs_off_a_terminal():
     from ccjax.sweep.runner import _Bar
 

@@ -76,9 +76,14 @@ CREATE TABLE IF NOT EXISTS trials (
 
 
 def _num(x: Any) -> Any:
-    """SQLite and JSON take no NaN: store a non-finite float as NULL."""
+    """SQLite and JSON take no NaN: a non-finite float becomes NULL, in nested lists and dicts
+    too (a diverged trial's evaluation history)."""
     if isinstance(x, float) and not math.isfinite(x):
         return None
+    if isinstance(x, dict):
+        return {k: _num(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_num(v) for v in x]
     return x
 
 
