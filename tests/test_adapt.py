@@ -59,7 +59,9 @@ def test_requirement_replay_keeps_the_old_preference(tmp_path, monkeypatch):
         "train.tick_budget": 20, "train.eval_every": 10, "train.eval_links": 8,
         "train.eval_steps": 100, "train.chunk": 10, "train.adapt_iters": 40,
         "train.checkpoint_every": 100, "hyper.ent_start": 0.01, "hyper.ent_end": 0.01,
-        "agent.n_minibatches": 4})
+        "agent.n_minibatches": 4,
+        # the learner this test's link and reward were tuned with: raw features, free log std
+        "env.log_ratios": False, "agent.log_std_bounds": [-20.0, 20.0]})
     src = tmp_path / "old"
     train(cfg, src, progress=False)
     with_replay = tmp_path / "replay"
