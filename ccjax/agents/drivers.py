@@ -57,16 +57,22 @@ def init_runner(venv: VecEnv, agent: Agent, agent_state: Any, params: EnvParams,
     return Runner(env_state=st, obs=obs, action=action, aux=aux, key=key)
 
 
+def hold_during_mi(r: Runner, new_action: Any, new_aux: Any) -> tuple[Any, Any]:
+    """The action (and its log-prob and value) each environment acts on: the new one where an
+    MI starts, the one it started with where its MI is still running (a tick budget cut the
+    last step), so the transition that ends the MI carries the action that made it."""
+    start = ~r.env_state.mid
+    pick = lambda n, o: jnp.where(  # noqa: E731
+        start.reshape(start.shape + (1,) * (n.ndim - 1)), n, o)
+    return pick(new_action, r.action), jax.tree.map(pick, new_aux, r.aux)
+
+
 def rollout(venv: VecEnv, agent: Agent, agent_state: Any, runner: Runner, params: EnvParams,
             n_steps: int, explore: bool = True) -> tuple[Runner, Trajectory]:
     def body(r: Runner, _):
         key, k_act, k_env = jax.random.split(r.key, 3)
         new_a, new_aux = agent.act(agent_state, r.obs, k_act, explore)
-        start = ~r.env_state.mid
-        pick = lambda n, o: jnp.where(  # noqa: E731
-            start.reshape(start.shape + (1,) * (n.ndim - 1)), n, o)
-        action = pick(new_a, r.action)
-        aux = jax.tree.map(pick, new_aux, r.aux)
+        action, aux = hold_during_mi(r, new_a, new_aux)
         obs, st, reward, done, info = venv.step(k_env, r.env_state, action, params)
         tr = (r.obs, action, aux, reward, done, info.valid, info)
         return Runner(env_state=st, obs=obs, action=action, aux=aux, key=key), tr

@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ccjax.agents.base import Trajectory
-from ccjax.agents.drivers import Runner, init_runner, rollout_stats
+from ccjax.agents.drivers import Runner, hold_during_mi, init_runner, rollout_stats
 from ccjax.agents.ppo import PPO, PPOHyper
 from ccjax.algos import AlgoConfig
 from ccjax.envs.build import make_single_flow
@@ -120,12 +120,7 @@ def rollout_trials(venv: TrialVecEnv, agent: PPO, states: Any, runner: Runner,
         ks = jax.vmap(lambda k: jax.random.split(k, 3))(r.key)  # as rollout: key, k_act, k_env
         key, k_act, k_env = ks[:, 0], ks[:, 1], ks[:, 2]
         new_a, new_aux = act(states, unflat(r.obs), k_act)
-        new_a, new_aux = flat(new_a), jax.tree.map(flat, new_aux)
-        start = ~r.env_state.mid
-        pick = lambda n, o: jnp.where(  # noqa: E731
-            start.reshape(start.shape + (1,) * (n.ndim - 1)), n, o)
-        action = pick(new_a, r.action)
-        aux = jax.tree.map(pick, new_aux, r.aux)
+        action, aux = hold_during_mi(r, flat(new_a), jax.tree.map(flat, new_aux))
         obs, st, reward, done, info = venv.step(k_env, r.env_state, action, params)
         tr = (r.obs, action, aux, reward, done, info.valid, info)
         return Runner(env_state=st, obs=obs, action=action, aux=aux, key=key), tr

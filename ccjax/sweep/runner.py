@@ -367,18 +367,9 @@ class _Bar:
         self.p = None
         if not enabled:
             return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from ccjax.progress import make_progress
 
-        self.p = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                          MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
-                          TextColumn("{task.fields[info]}"))
+        self.p = make_progress()
         self.p.start()
         self.trials = self.p.add_task("trials", total=total, info="")
         self.iters = self.p.add_task("batch", total=1, info="", visible=False)

@@ -276,18 +276,9 @@ class _Bar:
         self.p = None
         if not enabled:
             return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
+        from ccjax.progress import make_progress
 
-        self.p = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), TimeRemainingColumn(),
-                          TextColumn("{task.fields[info]}"), transient=False)
+        self.p = make_progress("train")
         self.p.start()
         self.task = self.p.add_task("train", total=total, completed=done, info="")
 
