@@ -487,8 +487,8 @@ def cmd_results(args) -> int:
     axes = varying_keys(rows)
     heads = [("id", None), *((a, None) for a in axes), ("status", None),
              ("reward", "{:.4f}"), ("utilization", "{:.3f}"), ("latency_ratio", "{:.3f}"),
-             ("loss_rate", "{:.4f}"), ("best_reward", "{:.4f}"), ("iterations", None),
-             ("train_s", "{:.1f}"), ("reason", None)]
+             ("loss_rate", "{:.4f}"), ("best_reward", "{:.4f}"), ("iter_99", None),
+             ("iterations", None), ("train_s", "{:.1f}"), ("reason", None)]
     for h, _ in heads:
         t.add_column(h, justify="left" if h in ("id", "status", "reason") else "right")
     for r in rows:
@@ -502,7 +502,9 @@ def cmd_results(args) -> int:
     c = Console(width=None if sys.stdout.isatty() else 240)
     c.print(t)
     c.print("reward, utilization, latency_ratio, loss_rate: final deterministic evaluation at "
-            "the trial's preference; train_s: its batch's training wall time")
+            "the trial's preference (landmark schedules: mean over the landmarks); iter_99: "
+            "first evaluated iteration within 1% of best_reward; train_s: its batch's training "
+            "wall time")
     if args.csv:
         c.print(f"table written to {args.csv}")
     return 0

@@ -32,10 +32,16 @@ own slice. Once detected, its slice is overwritten with a copy of a healthy tria
 discarded), so a NaN sending rate never again reaches a simulator tick and lengthens the batch's
 MI loop (bounded only by ``max_mi_ticks`` without a tick budget).
 
+Which preference each environment trains on is the trial's schedule (``ccjax.sweep.schedule``):
+its own ``env.preference`` (fixed), or its landmarks (all-at-once: environment i on landmark
+i mod ω; two-phase: the bootstrap vectors, then one landmark at a time). The program takes them
+as an (iterations, T, N, 3) array, so trials of a group may train on different preferences.
+
 Evaluation is ``ccjax.train.setup.Evaluator``'s protocol for every trial at once: the
 deterministic policy on ``train.eval_links`` links drawn from the scenario with the pool seed
 plus ``EVAL_SEED_OFFSET``, the same links and initial rates for every trial (so trials compare
-like with like), each trial at its own preference, ``train.eval_steps`` batch steps.
+like with like), each trial at each of its evaluation preferences (its own preference, or every
+landmark), ``train.eval_steps`` batch steps.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ from ccjax.algos import AlgoConfig
 from ccjax.envs.build import make_single_flow
 from ccjax.envs.single_flow import EnvParams
 from ccjax.envs.vec import VecEnv, _axes
+from ccjax.sweep.schedule import TrialSchedule, trial_schedule
 from ccjax.sweep.spec import Trial
 from ccjax.train.setup import EVAL_SEED_OFFSET, build, env_kwargs
 
@@ -238,8 +245,13 @@ class Group:
             cfg.env.get("scenario", "mocc-train"), pool=self.eval_links,
             seed=pool_seed + EVAL_SEED_OFFSET, **env_kwargs(cfg))
         self.eval_key = jax.random.PRNGKey(pool_seed + EVAL_SEED_OFFSET)
+        # the landmarks are static (train.landmarks_step), so one count for the whole group
+        self.schedule = trial_schedule(cfg)
+        self.n_eval_prefs = len(self.schedule.eval_prefs)
         self.compile_s = 0.0
         self._programs: dict[tuple, Any] = {}
+        self._schedules: dict[str, TrialSchedule] = {}
+        self._prefs: dict[tuple, jnp.ndarray] = {}
         self._finite = jax.jit(jax.vmap(lambda s: _all_finite((s.actor, s.critic))))
         self._copy = jax.jit(lambda tree, i, j: jax.tree.map(lambda x: x.at[i].set(x[j]), tree))
         self._select = jax.jit(lambda m, a, b: jax.tree.map(
@@ -266,10 +278,32 @@ class Group:
         self.last_init_s = time.perf_counter() - t0
         return stacked
 
-    def prefs(self, trials: list[Trial], n_iters: int) -> jnp.ndarray:
-        """(n_iters, T, N, 3): every environment of a trial on the trial's preference."""
-        w = jnp.asarray([t.preference for t in trials], jnp.float32)
-        return jnp.broadcast_to(w[None, :, None, :], (n_iters, len(trials), self.n_envs, 3))
+    def trial_schedule(self, trial: Trial) -> TrialSchedule:
+        if trial.id not in self._schedules:
+            self._schedules[trial.id] = trial_schedule(trial.cfg)
+        return self._schedules[trial.id]
+
+    def prefs(self, trials: list[Trial], start: int, n_iters: int) -> jnp.ndarray:
+        """(n_iters, T, N, 3): every environment's preference in iterations ``start`` ..
+        ``start + n_iters - 1``, each trial's from its own schedule."""
+        ids = tuple(t.id for t in trials)
+
+        def make() -> jnp.ndarray:
+            return jnp.asarray(np.stack([self.trial_schedule(t).prefs(start, n_iters)
+                                         for t in trials], 1))
+
+        if not self.schedule.stationary:
+            return make()
+        # a stationary schedule's array is the same for every chunk of a batch: built once
+        if any(k[0] != ids for k in self._prefs):
+            self._prefs.clear()  # a new batch
+        if (ids, n_iters) not in self._prefs:
+            self._prefs[(ids, n_iters)] = make()
+        return self._prefs[(ids, n_iters)]
+
+    def eval_prefs(self, trials: list[Trial]) -> np.ndarray:
+        """(T, P, 3): the preferences each trial is evaluated at."""
+        return np.stack([self.trial_schedule(t).eval_prefs for t in trials]).astype(np.float32)
 
     # -- compiled programs -------------------------------------------------------------------
     def _compile(self, key: tuple, fn, *args, donate: tuple[int, ...] = ()) -> Any:
@@ -297,40 +331,45 @@ class Group:
                              donate=(0, 1))
 
     def eval_program(self, T: int) -> Any:
+        """Every trial at each of its P evaluation preferences on the same L links: P x L
+        environments per trial, preference-major (as ``Evaluator``); results (T, P), each the
+        mean over the links of the mean over the valid MIs."""
         s = self.setup
-        L = self.eval_links
-        venv = TrialVecEnv(self.eval_env, T * L, self.tick_budget, trials=T)
-        single = VecEnv(self.eval_env, L, self.tick_budget)
+        L, P = self.eval_links, self.n_eval_prefs
+        venv = TrialVecEnv(self.eval_env, T * P * L, self.tick_budget, trials=T)
+        single = VecEnv(self.eval_env, P * L, self.tick_budget)
         agent = s.agent
-        links = jnp.arange(L, dtype=jnp.int32)
+        links = jnp.tile(jnp.arange(L, dtype=jnp.int32), P)
         base = self.eval_params.replace(link_index=links)
 
-        def start(state, pref, key):
-            p = base.replace(pref=jnp.broadcast_to(pref, (L, 3)))
+        def start(state, prefs, key):
+            p = base.replace(pref=jnp.repeat(prefs, L, 0))
             return init_runner(single, agent, state, p, key)
 
         def run(states, prefs, key):
             # every trial starts from the same key: the same links and initial rates
             runner = jax.vmap(start, in_axes=(0, 0, None))(states, prefs, key)
-            p = self.eval_params.replace(pref=jnp.repeat(prefs, L, 0),
+            p = self.eval_params.replace(pref=jnp.repeat(prefs.reshape(T * P, 3), L, 0),
                                          link_index=jnp.tile(links, T))
-            _, tr = rollout_trials(venv, agent, states, _flat_runner(runner, T, L), p,
+            _, tr = rollout_trials(venv, agent, states, _flat_runner(runner, T, P * L), p,
                                    self.eval_steps, explore=False)
             w = tr.valid.astype(jnp.float32)
             cnt = jnp.maximum(w.sum(0), 1.0)
-            m = lambda x: ((x * w).sum(0) / cnt).reshape(T, L).mean(1)  # noqa: E731
+            m = lambda x: ((x * w).sum(0) / cnt).reshape(T, P, L).mean(2)  # noqa: E731
             return dict(reward=m(tr.reward), utilization=m(jnp.minimum(tr.info.utilization, 1)),
                         latency_ratio=m(tr.info.latency_ratio), loss_rate=m(tr.info.loss_rate))
 
         one = jax.eval_shape(self._init_one, jax.random.PRNGKey(0), s.hyper,
                              jnp.zeros(3, jnp.float32))[0]
         states = jax.tree.map(lambda x: jax.ShapeDtypeStruct((T,) + x.shape, x.dtype), one)
-        prefs = jax.ShapeDtypeStruct((T, 3), jnp.float32)
+        prefs = jax.ShapeDtypeStruct((T, P, 3), jnp.float32)
         return self._compile(("eval", T), run, states, prefs, self.eval_key)
 
     def evaluate(self, states: Any, trials: list[Trial]) -> dict[str, np.ndarray]:
+        """(T, P) reward, utilization, latency ratio and loss rate per evaluation
+        preference."""
         fn = self.eval_program(len(trials))
-        w = jnp.asarray([t.preference for t in trials], jnp.float32)
+        w = jnp.asarray(self.eval_prefs(trials))
         return {k: np.asarray(v) for k, v in fn(states, w, self.eval_key).items()}
 
     def finite(self, states: Any) -> np.ndarray:

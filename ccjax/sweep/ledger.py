@@ -15,11 +15,14 @@ Ledger schema (table ``trials``, one row per trial, primary key ``id``)::
     resolved preset tables, seed), status TEXT (pending | running | done | failed), reason TEXT,
     attempts INTEGER (times the trial was started), batch TEXT, batch_size INTEGER,
     iterations INTEGER, reward REAL, utilization REAL, latency_ratio REAL, loss_rate REAL (final
-    deterministic evaluation at the trial's preference), train_reward REAL (mean training reward
-    over the last 10 iterations), best_reward REAL, best_iteration INTEGER, metrics TEXT (JSON:
-    all of the above and the evaluation history), compile_s REAL, train_s REAL, eval_s REAL
-    (of the trial's batch: trials of a batch share one program and one wall clock), started
-    REAL, ended REAL (Unix times)
+    deterministic evaluation at the trial's preference, or the mean over its landmarks for a
+    landmark schedule), train_reward REAL (mean training reward over the last 10 iterations),
+    best_reward REAL, best_iteration INTEGER, iter_99 INTEGER (the first evaluated iteration
+    within 1% of best_reward), train_99_s REAL (training wall time up to iter_99), metrics TEXT
+    (JSON: all of the above, the evaluation history, and for a landmark schedule the
+    per-landmark results of the best evaluation), compile_s REAL, train_s REAL, eval_s REAL
+    (of the trial's batch: trials of a batch share one program and one wall clock; a trial alone
+    in its batch has them to itself), started REAL, ended REAL (Unix times)
 
 plus ``meta`` (key, value): the spec and when the sweep was created.
 
@@ -68,11 +71,15 @@ CREATE TABLE IF NOT EXISTS trials (
     iterations INTEGER,
     reward REAL, utilization REAL, latency_ratio REAL, loss_rate REAL,
     train_reward REAL, best_reward REAL, best_iteration INTEGER,
+    iter_99 INTEGER, train_99_s REAL,
     metrics TEXT,
     compile_s REAL, train_s REAL, eval_s REAL,
     started REAL, ended REAL
 );
 """
+
+#: columns added after the first release of the schema (``Ledger`` adds them to older ledgers)
+_ADDED_COLUMNS = (("iter_99", "INTEGER"), ("train_99_s", "REAL"))
 
 
 def _num(x: Any) -> Any:
@@ -102,6 +109,11 @@ class Ledger:
         self.db.execute("PRAGMA synchronous=FULL")
         with self.db:
             self.db.executescript(_SQL)
+            # a ledger written before a column existed gets it (NULL for its finished rows)
+            have = {r[1] for r in self.db.execute("PRAGMA table_info(trials)")}
+            for col, typ in _ADDED_COLUMNS:
+                if col not in have:
+                    self.db.execute(f"ALTER TABLE trials ADD COLUMN {col} {typ}")
 
     @classmethod
     def existing(cls, directory: str | os.PathLike[str]) -> Ledger:
@@ -173,13 +185,14 @@ class Ledger:
             self.db.execute(
                 "UPDATE trials SET status = ?, reason = ?, iterations = ?, reward = ?, "
                 "utilization = ?, latency_ratio = ?, loss_rate = ?, train_reward = ?, "
-                "best_reward = ?, best_iteration = ?, metrics = ?, compile_s = ?, train_s = ?, "
-                "eval_s = ?, ended = ? WHERE id = ?",
+                "best_reward = ?, best_iteration = ?, iter_99 = ?, train_99_s = ?, metrics = ?, "
+                "compile_s = ?, train_s = ?, eval_s = ?, ended = ? WHERE id = ?",
                 (status, reason, m.get("iterations"), m.get("reward"), m.get("utilization"),
                  m.get("latency_ratio"), m.get("loss_rate"), m.get("train_reward"),
-                 m.get("best_reward"), m.get("best_iteration"),
-                 json.dumps(m, default=str, allow_nan=False), _num(t.get("compile_s")),
-                 _num(t.get("train_s")), _num(t.get("eval_s")), time.time(), tid))
+                 m.get("best_reward"), m.get("best_iteration"), m.get("iter_99"),
+                 m.get("train_99_s"), json.dumps(m, default=str, allow_nan=False),
+                 _num(t.get("compile_s")), _num(t.get("train_s")), _num(t.get("eval_s")),
+                 time.time(), tid))
 
     def rows(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.db.execute("SELECT * FROM trials ORDER BY idx")]
@@ -309,7 +322,8 @@ TABLE_COLUMNS = ("status", "reward", "utilization", "latency_ratio", "loss_rate"
 def csv_columns(rows: list[dict[str, Any]]) -> list[str]:
     axes = varying_keys(rows)
     return (["id", "idx", "group_id"] + axes + [c for c in TABLE_COLUMNS]
-            + ["best_iteration", "eval_s", "batch", "batch_size", "started", "ended"])
+            + ["best_iteration", "iter_99", "train_99_s", "eval_s", "batch", "batch_size",
+               "started", "ended"])
 
 
 def write_csv(path: str | os.PathLike[str], rows: list[dict[str, Any]]) -> None:

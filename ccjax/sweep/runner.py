@@ -11,7 +11,11 @@ copies of its last trial, so every batch of a group reuses one compiled program.
 
 With ``sweep.eval_every`` > 0 the trials are also evaluated every that many iterations, and each
 trial's best evaluated state is what its checkpoint and exported policy hold (as
-``ccjax train``'s ``policy/`` does); otherwise the final state is.
+``ccjax train``'s ``policy/`` does); otherwise the final state is. A trial on a landmark schedule
+(``ccjax.sweep.schedule``) is evaluated at every landmark and scored by the mean landmark reward,
+as ``ccjax train`` keeps ``best/``; its metrics keep the per-landmark results of its best
+evaluation (``landmarks``). Every trial records ``iter_99``, the first evaluated iteration within
+1% of its best evaluation, and ``train_99_s``, its batch's training wall time up to there.
 """
 
 from __future__ import annotations
@@ -169,7 +173,7 @@ def _run_batch(group: Group, trials: list[Trial], size: int, label: str, spec: S
     best = np.full(size, -np.inf)
     best_it = np.zeros(size, int)
     best_states: Any = None  # a copy made at the first evaluation (the chunk donates `states`)
-    prefs: dict[int, Any] = {}
+    best_prefs: list[list[dict[str, Any]]] = [[] for _ in range(n_real)]
     train_s = eval_s = 0.0
     it = 0
     bar.start_batch(label, iters)
@@ -178,8 +182,10 @@ def _run_batch(group: Group, trials: list[Trial], size: int, label: str, spec: S
         nonlocal eval_s, best_states
         group.eval_program(size)  # compiled outside the timer (compile_s has it)
         t0 = time.perf_counter()
-        res = group.evaluate(states, slots)
+        per = group.evaluate(states, slots)  # (T, P): each trial at each evaluation preference
         eval_s += time.perf_counter() - t0
+        # the score: the reward at the trial's preference, or the mean landmark reward
+        res = {k: v.mean(1) for k, v in per.items()}
         better = alive & np.isfinite(res["reward"]) & (res["reward"] > best)
         if best_states is None:
             best_states = group.select(better, states, states)  # new buffers, not aliases
@@ -187,9 +193,15 @@ def _run_batch(group: Group, trials: list[Trial], size: int, label: str, spec: S
             best_states = group.select(better, states, best_states)
         best[better] = res["reward"][better]
         best_it[better] = it
+        prefs = group.eval_prefs(slots)
         for i in range(n_real):
             if alive[i]:
-                evals[i].append({"iteration": it, **{k: float(res[k][i]) for k in res}})
+                evals[i].append({"iteration": it, "train_s": train_s,
+                                 **{k: float(res[k][i]) for k in res}})
+                if better[i] and group.schedule.uses_landmarks:
+                    best_prefs[i] = [{"w": [float(x) for x in prefs[i, j]],
+                                      **{k: float(per[k][i, j]) for k in per}}
+                                     for j in range(prefs.shape[1])]
         return res
 
     def fail(i: int, why: str) -> None:
@@ -205,10 +217,9 @@ def _run_batch(group: Group, trials: list[Trial], size: int, label: str, spec: S
         if every:
             n = min(n, every - it % every)
         fn = group.chunk_program(size, n)
-        if n not in prefs:
-            prefs[n] = group.prefs(slots, n)
+        w = group.prefs(slots, it, n)
         t0 = time.perf_counter()
-        states, runner, (m, st) = fn(states, runner, group.setup.params, prefs[n])
+        states, runner, (m, st) = fn(states, runner, group.setup.params, w)
         jax.block_until_ready(states)
         dt = time.perf_counter() - t0
         train_s += dt
@@ -264,7 +275,10 @@ def _run_batch(group: Group, trials: list[Trial], size: int, label: str, spec: S
         metrics = {k: float(final[k][i]) for k in _EVAL_FIELDS}
         tail = [r["reward"] for r in curves[i][-10:]]
         metrics.update(iterations=it, train_reward=float(np.mean(tail)),
-                       best_reward=float(best[i]), best_iteration=int(best_it[i]))
+                       best_reward=float(best[i]), best_iteration=int(best_it[i]),
+                       **_reached(evals[i], float(best[i])))
+        if best_prefs[i]:
+            metrics["landmarks"] = best_prefs[i]
         state = jax.tree.map(lambda x, i=i: x[i], best_states)
         _save_model(out / "trials" / trials[i].id, group, trials[i], state, metrics)
         _record(ledger, out, trials[i], "done", curves[i], evals[i], None, it, metrics, timings)
@@ -280,6 +294,17 @@ def _run_batch(group: Group, trials: list[Trial], size: int, label: str, spec: S
         f"failed; compile {rec['compile_s']:.1f} s, train {rec['train_s']:.1f} s, "
         f"eval {rec['eval_s']:.1f} s")
     return rec
+
+
+def _reached(evals: list[dict[str, Any]], best: float, frac: float = 0.99) -> dict[str, Any]:
+    """The first evaluation within ``1 - frac`` of ``best`` (relative to its magnitude, so a
+    negative best works too): its iteration and the training wall time up to it. In a sweep
+    this stands for ``ccjax train``'s stopping time (MOCC trains until convergence)."""
+    for e in evals:
+        r = e.get("reward")
+        if r is not None and np.isfinite(r) and r >= best - (1 - frac) * abs(best):
+            return {"iter_99": int(e["iteration"]), "train_99_s": float(e["train_s"])}
+    return {"iter_99": None, "train_99_s": None}
 
 
 def _timings(group: Group, compile0: float, train_s: float, eval_s: float) -> dict[str, float]:
@@ -324,12 +349,14 @@ def _save_model(d: Path, group: Group, trial: Trial, state: Any, metrics: dict[s
     ck = Checkpoints(d / "checkpoint", keep=1)
     ck.save(int(metrics["best_iteration"] or metrics["iterations"]), state,
             {"trial": trial.id, "seed": trial.seed, "point": trial.point, **{
-                k: v for k, v in metrics.items() if k != "evals"}})
+                k: v for k, v in metrics.items() if k not in ("evals", "landmarks")}})
     ck.close()
     tmp = d / "policy.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
+    # a landmark-trained policy has no one preference (as `ccjax train` exports it)
+    fixed = not group.schedule.uses_landmarks
     save_policy(tmp, s.agent, state.actor, s.env, s.params, algo=trial.cfg.name,
-                preference=list(trial.preference) if s.agent.pref_dim else None)
+                preference=list(trial.preference) if s.agent.pref_dim and fixed else None)
     os.replace(tmp, d / "policy")
 
 

@@ -403,23 +403,30 @@ def expand(spec: SweepSpec, where: str = "spec") -> list[Trial]:
 
 
 def _check_runnable(cfg: AlgoConfig, where: str) -> None:
-    """What the sweep engine supports today, as one-line errors."""
+    """What the sweep engine supports, as one-line errors (``ccjax.sweep.schedule``)."""
+    from ccjax.sweep.schedule import SCHEDULES
+
     t = cfg.train
     sched = t.get("schedule", "two-phase")
-    if sched != "fixed":
-        raise ConfigError(f"train.schedule={sched!r} is invalid in {where}: `ccjax sweep` "
-                          "trains each trial on one preference (train.schedule = \"fixed\"); "
-                          "landmark schedules (two-phase, all-at-once) are not supported in "
-                          "sweeps yet: use `ccjax train` for them")
+    if sched not in SCHEDULES:  # pragma: no cover - the preset schema allows no other
+        raise ConfigError(f"train.schedule={sched!r} is invalid in {where}: one of "
+                          f"{', '.join(SCHEDULES)}")
     if "iters" not in t:
         raise ConfigError(f"train.iters is missing in {where}: the number of iterations each "
-                          "trial trains")
+                          "trial trains (a sweep trains every schedule, landmark schedules "
+                          "too, for a fixed budget: no convergence stop)")
     if t.get("shard", False):
         raise ConfigError(f"train.shard=true is invalid in {where}: a sweep batches trials on "
                           "one device; sharding environments is not supported there")
     from ccjax.envs.build import check_preference
     from ccjax.sim.scenario import load_scenario
 
+    if sched != "fixed":
+        if "preference" in cfg.env:
+            raise ConfigError(f"env.preference is invalid in {where} with train.schedule="
+                              f"{sched!r}: the landmarks are the training preferences; set "
+                              "env.preference only with train.schedule = \"fixed\"")
+        _check_landmarks(cfg, sched, where)
     try:
         check_preference(cfg.env.get("preference", (1 / 3, 1 / 3, 1 / 3)), "env.preference")
     except ConfigError as e:
@@ -428,6 +435,29 @@ def _check_runnable(cfg: AlgoConfig, where: str) -> None:
     if scenario not in _SCENARIOS_OK:
         load_scenario(scenario)  # an unknown scenario is a ConfigError here, before tracing
         _SCENARIOS_OK.add(scenario)
+
+
+def _check_landmarks(cfg: AlgoConfig, sched: str, where: str) -> None:
+    """The landmark grid exists and every landmark (or bootstrap vector) gets an
+    environment: with fewer environments than landmarks, ``i mod ω`` would leave some landmarks
+    untrained yet evaluated."""
+    from ccjax.agents.landmarks import BOOTSTRAP, simplex_grid
+
+    t = cfg.train
+    step = t.get("landmarks_step", 0.1)
+    try:
+        omega = len(simplex_grid(step))
+    except ConfigError as e:
+        raise ConfigError(f"train.{e} (in {where})") from None
+    n = t.get("n_envs", 1024)
+    if sched == "all-at-once" and n < omega:
+        raise ConfigError(f"train.n_envs={n} is invalid in {where}: all-at-once puts "
+                          f"environment i on landmark i mod {omega} (landmarks_step={step!r}), "
+                          f"so it needs at least {omega} environments")
+    if sched == "two-phase" and t.get("bootstrap_iters", 300) > 0 and n < len(BOOTSTRAP):
+        raise ConfigError(f"train.n_envs={n} is invalid in {where}: two-phase bootstraps on "
+                          f"{len(BOOTSTRAP)} preferences at once, so it needs at least "
+                          f"{len(BOOTSTRAP)} environments")
 
 
 _SCENARIOS_OK: set[str] = set()
