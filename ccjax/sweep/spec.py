@@ -38,6 +38,14 @@ no shape, so trials that differ only there share one compiled program (``ccjax.s
 Any other key (``agent.hidden``, ``train.n_envs``, ``env.scenario``, ...) is static: trials are
 grouped by the static part of their config and each group compiles its own program.
 
+Schedules (``ccjax.sweep.schedule``): ``train.schedule`` may be ``fixed`` (every environment on
+``env.preference``), ``all-at-once`` or ``two-phase`` (MOCC's landmarks; ``env.preference`` is
+then an error, the landmarks being the training preferences). Every trial trains
+``train.iters`` iterations: a batch's trials share one program, so there is no convergence
+stop, and ``ccjax train``'s stopping keys (``max_cycles``, ``min_cycles``, ``converge_tol``,
+``patience``) are not used. ``train.landmarks_step`` is static (it fixes ω, the number of
+evaluation preferences), so a landmark-step axis makes one group per step.
+
 Trial ids are the first 12 hex digits of the SHA-256 of the trial's resolved configuration
 (preset tables, seed, pool seed, evaluation period): deterministic, so a resumed sweep finds
 its trials again, and a changed preset gives new ids rather than silently reusing results
