@@ -27,7 +27,10 @@ TINY = {"train": {"schedule": "all-at-once", "iters": 4, "chunk": 2, "n_envs": 8
                   "eval_links": 2, "eval_steps": 8},
         "env": {"pool": 4, "episode_len": 20},
         "agent": {"n_minibatches": 2}}
-STEPS = (0.25, 0.2)  # omega = 3 and 6
+#: omega = 1 and 3: the one-landmark grid evaluates at one preference, as a fixed-preference
+#: trial does, so only the omega = 3 evaluation program is compiled anew (each takes ~13 s of
+#: CPU to compile)
+STEPS = (1 / 3, 0.25)
 
 
 def _spec(axes=None, set_extra=None, sweep=None):
@@ -127,20 +130,20 @@ def test_each_trial_trains_and_is_evaluated_on_its_own_landmarks(crashed_and_res
 
 
 def test_landmark_trial_equals_the_trial_alone(crashed_and_resumed):
-    """Seed 1 at step 1/5 (omega = 6), trained beside seed 0: alone (the drivers' un-batched
-    chunk fed all-at-once's preferences, ccjax.train's Evaluator at the 6 landmarks) it computes
+    """Seed 1 at step 1/4 (omega = 3), trained beside seed 0: alone (the drivers' un-batched
+    chunk fed all-at-once's preferences, ccjax.train's Evaluator at the 3 landmarks) it computes
     the same curves and landmark evaluations, and its checkpoint holds the best state."""
     from ccjax.agents.drivers import init_runner, make_chunk
     from ccjax.train.setup import Evaluator, build
 
     k = crashed_and_resumed
     spec = k["spec"]
-    trial = next(t for t in spec.trials if t.seed == 1 and t.cfg.train["landmarks_step"] == 0.2)
+    trial = next(t for t in spec.trials if t.seed == 1 and t.cfg.train["landmarks_step"] == 0.25)
     s = build(trial.cfg, spec.pool_seed)
     key = jax.random.PRNGKey(trial.seed)
     state = s.agent.init(jax.random.fold_in(key, 0), s.env.obs_dim, s.env.action_dim, s.hyper)
     runner = init_runner(s.venv, s.agent, state, s.params, jax.random.fold_in(key, 1))
-    sched = AllAtOnce(8, step=0.2)  # what `ccjax train --schedule all-at-once` feeds its envs
+    sched = AllAtOnce(8, step=0.25)  # what `ccjax train --schedule all-at-once` feeds its envs
     seg = sched.segment(0, [])
     prefs = jnp.asarray(np.stack([seg.prefs(i) for i in range(2)]))
     chunk = make_chunk(s.venv, s.agent, 4, 2)
@@ -170,7 +173,7 @@ def test_landmark_trial_equals_the_trial_alone(crashed_and_resumed):
 
 def test_results_show_iter_99(crashed_and_resumed):
     rows = results(crashed_and_resumed["out"], sort="train.landmarks_step")
-    assert [r["train.landmarks_step"] for r in rows] == [0.2, 0.2, 0.25, 0.25]
+    assert [r["train.landmarks_step"] for r in rows] == [0.25, 0.25, 1 / 3, 1 / 3]
     assert all(r["iter_99"] in (2, 4) for r in rows)
 
 
@@ -199,8 +202,9 @@ def test_two_phase_sweep_trains_the_trainers_sequence(tmp_path):
 
 
 @pytest.mark.parametrize("kw, msg", [
-    ({"set_extra": {"train.n_envs": 4}},
+    ({"set_extra": {"train.n_envs": 4}, "axes": {"train": {"landmarks_step": [0.2]}}},
      "train.n_envs=4 is invalid in lm.toml: all-at-once puts environment i on landmark i mod 6"),
+    ({"set_extra": {"train.n_envs": 2}}, "on landmark i mod 3"),
     ({"set_extra": {"env.preference": [0.5, 0.3, 0.2]}},
      "env.preference is invalid in lm.toml with train.schedule='all-at-once'"),
     ({"axes": {"train": {"landmarks_step": [0.3]}}}, "train.landmarks_step=0.3 is invalid"),
