@@ -24,6 +24,10 @@ from typing import Any
 
 from ccjax.errors import ConfigError
 
+#: ``train.anneal``: the step size and clip range stay constant, or fall linearly to 0 over the
+#: run (stable-baselines PPO1's ``schedule``; ``ccjax.agents.ppo.with_anneal``)
+ANNEAL_MODES = ("constant", "linear")
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 only
@@ -92,6 +96,7 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
         "eval_steps": (int, lambda v: v >= 1),
         "checkpoint_every": (int, lambda v: v >= 1),
         "shard": (bool, None),
+        "anneal": (str, lambda v: v in ANNEAL_MODES),
     },
 }
 
@@ -108,6 +113,7 @@ _ALLOWED = {
     "hidden": "a list of positive integers",
     "log_std_bounds": "[low, high] with low < high (natural log of the std)",
     "preference": "three weights",
+    "anneal": ", ".join(ANNEAL_MODES),
 }
 
 

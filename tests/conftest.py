@@ -12,8 +12,14 @@ import tempfile  # noqa: E402
 
 import jax  # noqa: E402
 
-_cache = tempfile.mkdtemp(prefix="ccjax-test-xla-")
-atexit.register(shutil.rmtree, _cache, True)
+# Shared by pytest-xdist's workers and by the subprocesses tests start: the first process (the
+# controller, or a plain pytest) makes the directory and removes it at exit; workers inherit it
+# through the environment, so a program compiled by one worker is a cache hit for the other.
+_cache = os.environ.get("CCJAX_TEST_XLA_CACHE")
+if _cache is None:
+    _cache = tempfile.mkdtemp(prefix="ccjax-test-xla-")
+    os.environ["CCJAX_TEST_XLA_CACHE"] = _cache
+    atexit.register(shutil.rmtree, _cache, True)
 jax.config.update("jax_compilation_cache_dir", _cache)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)

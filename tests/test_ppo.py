@@ -10,9 +10,11 @@ import pytest
 
 from ccjax.agents.base import Trajectory
 from ccjax.agents.drivers import init_runner, make_chunk, rollout
-from ccjax.agents.ppo import PPO, PPOAux, PPOHyper
+from ccjax.agents.ppo import PPO, PPOAux, PPOHyper, with_anneal
+from ccjax.algos import load_algo
 from ccjax.envs.build import make_single_flow
 from ccjax.envs.vec import VecEnv
+from ccjax.errors import ConfigError
 from ccjax.sim.link import LinkSpec
 
 
@@ -60,6 +62,33 @@ def test_entropy_schedule_is_linear():
     assert float(agent.ent_coef(st)) == pytest.approx(1.0)
     assert float(agent.ent_coef(st.replace(iteration=jnp.int32(500)))) == pytest.approx(0.55)
     assert float(agent.ent_coef(st.replace(iteration=jnp.int32(5000)))) == pytest.approx(0.1)
+
+
+def test_linear_anneal_scales_step_size_and_clip():
+    """PPO1's schedule='linear': cur_lrmult = max(1 - t / T, 0), counted from anneal_from."""
+    agent = PPO()
+    h = with_anneal(PPOHyper.make(lr=1e-3, clip=0.2), "linear", 100, 40)
+    st = agent.init(jax.random.PRNGKey(0), 33, 1, h)
+    at = lambda i: float(agent.anneal(st.replace(iteration=jnp.int32(i))))  # noqa: E731
+    assert (at(100), at(110), at(139), at(140), at(500)) == pytest.approx(
+        (1.0, 0.75, 0.025, 0.0, 0.0))
+    const = st.replace(hyper=with_anneal(h, "constant", 100, 40))
+    assert float(agent.anneal(const.replace(iteration=jnp.int32(139)))) == 1.0
+    with pytest.raises(ValueError, match="allowed constant, linear"):
+        with_anneal(h, "cosine", 0, 10)
+    # the update steps with the annealed rate: at a quarter of the way, 0.75 x lr
+    obs = jax.random.normal(jax.random.PRNGKey(1), (4, 2, 33))
+    batch = Trajectory(obs=obs, action=jnp.zeros((4, 2, 1)), reward=jnp.ones((4, 2)),
+                       done=jnp.zeros((4, 2), bool), valid=jnp.ones((4, 2), bool),
+                       aux=PPOAux(logp=jnp.zeros((4, 2)), value=jnp.zeros((4, 2))),
+                       info=None, last_obs=obs[-1])
+    _, m = agent.update(st.replace(iteration=jnp.int32(110)), batch, jax.random.PRNGKey(2))
+    assert float(m.lr) == pytest.approx(0.75e-3)
+
+
+def test_bad_anneal_mode_is_a_config_error():
+    with pytest.raises(ConfigError, match="train.anneal='cosine' is invalid.*constant, linear"):
+        load_algo("ppo-mocc", {"train.anneal": "cosine"})
 
 
 def test_gae_passes_through_steps_without_a_completed_mi():

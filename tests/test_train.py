@@ -130,7 +130,8 @@ TINY = {"train.n_envs": 8, "train.n_steps": 8, "train.bootstrap_iters": 4,
         "train.visit_iters": 1, "train.landmarks_step": 0.25, "train.max_cycles": 2,
         "train.min_cycles": 2, "train.eval_links": 1, "train.eval_steps": 8, "train.chunk": 2,
         "env.pool": 4, "train.checkpoint_every": 2, "train.adapt_iters": 4,
-        "train.eval_every": 2, "env.episode_len": 20, "agent.n_minibatches": 2}
+        "train.eval_every": 2, "env.episode_len": 20, "agent.n_minibatches": 2,
+        "train.anneal": "linear"}
 
 
 def _rows(path):
@@ -154,6 +155,10 @@ def test_train_resume_and_adapt(tmp_path):
     rows = _rows(out / "metrics.csv")
     assert [int(r["iteration"]) for r in rows] == list(range(1, total + 1))
     assert [r["phase"] for r in rows[:4]] == ["bootstrap"] * 4
+    # PPO1's linear schedule over the planned run, unbroken by the resume at iteration 5
+    lr = cfg.hyper["lr"]
+    assert [float(r["lr"]) for r in rows] == pytest.approx(
+        [lr * (1 - i / total) for i in range(total)], rel=1e-5)
     ev = _rows(out / "eval.csv")
     # one evaluation of the 3 landmarks after the bootstrap and after each cycle, each once
     assert len(ev) == 3 * 3
@@ -175,6 +180,9 @@ def test_train_resume_and_adapt(tmp_path):
     src_meta = json.loads((tmp_path / "ad" / "config.json").read_text())["meta"]
     assert src_meta["from_iteration"] == s2["best_iteration"]
     arows = _rows(tmp_path / "ad" / "metrics.csv")
+    # an adaptation anneals over its own 4 iterations, from the source's iteration on
+    assert [float(r["lr"]) for r in arows] == pytest.approx(
+        [lr, 0.75 * lr, 0.5 * lr, 0.25 * lr], rel=1e-5)
     assert all(r["reward_replay"] != "" for r in arows)
     aev = _rows(tmp_path / "ad" / "eval.csv")
     # the new preference and the 3 stored landmarks, evaluated before adapting and every 2

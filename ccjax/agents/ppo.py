@@ -19,6 +19,7 @@ from flax import struct
 
 from ccjax.agents.base import Trajectory
 from ccjax.agents.networks import Critic, GaussianActor
+from ccjax.algos import ANNEAL_MODES
 
 
 class PPOHyper(struct.PyTreeNode):
@@ -33,13 +34,31 @@ class PPOHyper(struct.PyTreeNode):
     ent_iters: jnp.ndarray  # length of the (linear) decay, in iterations (MOCC: 1000)
     vf_coef: jnp.ndarray  # value-loss weight (PPO1 adds it with weight 1)
     reward_scale: jnp.ndarray  # rewards are multiplied by this before GAE (critic conditioning)
+    # Linear annealing of the step size and the clip range (stable-baselines PPO1's default
+    # ``schedule='linear'``, which MOCC trained with): both are multiplied by
+    # 1 - (iteration - anneal_from) / anneal_iters, floored at 0. ``anneal_iters`` 0 keeps them
+    # constant. Set per run by ``with_anneal`` (the trainer, adaptation and sweeps), not by presets.
+    anneal_from: jnp.ndarray
+    anneal_iters: jnp.ndarray
 
     @classmethod
     def make(cls, **kw: float) -> PPOHyper:
         d = dict(lr=1e-3, clip=0.2, gamma=0.99, lam=0.95, ent_start=1.0, ent_end=0.1,
-                 ent_iters=1000.0, vf_coef=1.0, reward_scale=1.0)
+                 ent_iters=1000.0, vf_coef=1.0, reward_scale=1.0, anneal_from=0.0,
+                 anneal_iters=0.0)
         d.update(kw)
         return cls(**{k: jnp.asarray(v, jnp.float32) for k, v in d.items()})
+
+
+def with_anneal(hyper: PPOHyper, mode: str, start: int, n_iters: int) -> PPOHyper:
+    """``hyper`` set to anneal over the ``n_iters`` iterations that follow iteration ``start``
+    (``mode`` "linear", PPO1's schedule) or not at all ("constant"). Broadcasts over a stacked
+    (vmapped) ``hyper``."""
+    if mode not in ANNEAL_MODES:
+        raise ValueError(f"anneal={mode!r}: allowed {', '.join(ANNEAL_MODES)}")
+    n = float(n_iters) if mode == "linear" else 0.0
+    return hyper.replace(anneal_from=jnp.full_like(hyper.lr, float(start)),
+                         anneal_iters=jnp.full_like(hyper.lr, n))
 
 
 class PPOState(struct.PyTreeNode):
@@ -63,6 +82,7 @@ class PPOMetrics(struct.PyTreeNode):
     clip_frac: jnp.ndarray
     ent_coef: jnp.ndarray
     std: jnp.ndarray
+    lr: jnp.ndarray  # the step size this update used (after annealing)
 
 
 @dataclass(frozen=True)
@@ -122,6 +142,14 @@ class PPO:
         f = jnp.clip(state.iteration.astype(jnp.float32) / jnp.maximum(h.ent_iters, 1.0), 0, 1)
         return h.ent_start + f * (h.ent_end - h.ent_start)
 
+    def anneal(self, state: PPOState) -> jnp.ndarray:
+        """The factor on the step size and the clip range at this update: PPO1's
+        ``cur_lrmult = max(1 - t / T, 0)``, counted from ``anneal_from``; 1 when not annealing."""
+        h = state.hyper
+        done = state.iteration.astype(jnp.float32) - h.anneal_from
+        frac = jnp.clip(1.0 - done / jnp.maximum(h.anneal_iters, 1.0), 0.0, 1.0)
+        return jnp.where(h.anneal_iters > 0, frac, 1.0)
+
     def gae(self, batch: Trajectory, last_value: jnp.ndarray, gamma: jnp.ndarray,
             lam: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
         """Generalised advantages over (T, N). A step that is not ``valid`` passes the later
@@ -141,14 +169,14 @@ class PPO:
                               reverse=True)
         return adv, adv + batch.aux.value
 
-    def loss(self, params, mb, ent_coef: jnp.ndarray, hyper: PPOHyper):
+    def loss(self, params, mb, ent_coef: jnp.ndarray, clip: jnp.ndarray, hyper: PPOHyper):
         actor, critic = params
         obs, action, logp_old, adv, ret, w = mb
         pi = self.policy(actor, obs)
         logp = pi.log_prob(action)
         ratio = jnp.exp(logp - logp_old)
         # MOCC Eq. 3 in the standard form min(r A, clip(r) A) (the notes, §3.2)
-        surr = jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - hyper.clip, 1 + hyper.clip) * adv)
+        surr = jnp.minimum(ratio * adv, jnp.clip(ratio, 1 - clip, 1 + clip) * adv)
         n = jnp.maximum(w.sum(), 1.0)
         mean = lambda x: (x * w).sum() / n  # noqa: E731
         ent = mean(pi.entropy())
@@ -158,7 +186,7 @@ class PPO:
         # MOCC Eq. 5: L^{CLIP+E} = L^CLIP + beta H; minimised here with the value loss added.
         total = p_loss - ent_coef * ent + hyper.vf_coef * v_loss
         kl = mean((ratio - 1) - (logp - logp_old))
-        cf = mean((jnp.abs(ratio - 1) > hyper.clip).astype(jnp.float32))
+        cf = mean((jnp.abs(ratio - 1) > clip).astype(jnp.float32))
         return total, (p_loss, v_loss, ent, kl, cf)
 
     def update(self, state: PPOState, batch: Trajectory, key: jnp.ndarray
@@ -181,11 +209,13 @@ class PPO:
         size = data[0].shape[0]
         mb_size = size // self.n_minibatches
         ent_coef = self.ent_coef(state)
+        mult = self.anneal(state)
+        lr, clip = h.lr * mult, h.clip * mult
         tx = self._tx()
         opt = state.opt
         # the dynamic learning rate lives in the optimiser state (optax.inject_hyperparams)
         opt = (opt[0], opt[1]._replace(
-            hyperparams={**opt[1].hyperparams, "learning_rate": h.lr}))
+            hyperparams={**opt[1].hyperparams, "learning_rate": lr}))
         grad_fn = jax.value_and_grad(self.loss, has_aux=True)
 
         def epoch(carry, k):
@@ -196,7 +226,7 @@ class PPO:
 
             def step(carry, mb):
                 params, opt = carry
-                (_, aux), g = grad_fn(params, mb, ent_coef, h)
+                (_, aux), g = grad_fn(params, mb, ent_coef, clip, h)
                 upd, opt = tx.update(g, opt, params)
                 return (optax.apply_updates(params, upd), opt), aux
 
@@ -212,4 +242,4 @@ class PPO:
         new = state.replace(actor=params[0], critic=params[1], opt=opt,
                             iteration=state.iteration + 1)
         return new, PPOMetrics(policy_loss=p_loss, value_loss=v_loss, entropy=ent,
-                               approx_kl=kl, clip_frac=cf, ent_coef=ent_coef, std=std)
+                               approx_kl=kl, clip_frac=cf, ent_coef=ent_coef, std=std, lr=lr)

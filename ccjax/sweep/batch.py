@@ -58,7 +58,7 @@ import numpy as np
 
 from ccjax.agents.base import Trajectory
 from ccjax.agents.drivers import Runner, hold_during_mi, init_runner, rollout_stats
-from ccjax.agents.ppo import PPO, PPOHyper
+from ccjax.agents.ppo import PPO, PPOHyper, with_anneal
 from ccjax.algos import AlgoConfig
 from ccjax.envs.build import make_single_flow
 from ccjax.envs.single_flow import EnvParams
@@ -267,8 +267,10 @@ class Group:
 
     def init(self, trials: list[Trial]) -> tuple[Any, Runner]:
         """Stacked (states, runner) for these trials, trial-major."""
+        # each trial anneals (train.anneal) over its own train.iters, as `ccjax train` would
         args = [(jax.random.PRNGKey(t.seed),
-                 PPOHyper.make(**{k: float(v) for k, v in t.cfg.hyper.items()}),
+                 with_anneal(PPOHyper.make(**{k: float(v) for k, v in t.cfg.hyper.items()}),
+                             t.cfg.train.get("anneal", "constant"), 0, t.cfg.train["iters"]),
                  jnp.asarray(t.preference, jnp.float32)) for t in trials]
         init = self._compile(("init",), self._init_one, *args[0])
         t0 = time.perf_counter()

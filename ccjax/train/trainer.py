@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ccjax.agents.drivers import compile_chunk, init_runner
+from ccjax.agents.ppo import with_anneal
 from ccjax.errors import ConfigError
 from ccjax.train.schedules import Segment
 from ccjax.train.setup import Evaluator, Setup
@@ -34,7 +35,7 @@ from ccjax.train.store import Checkpoints, CsvLog, write_json
 METRIC_FIELDS = ["iteration", "phase", "cycle", "label", "wall_s", "reward", "reward_current",
                  "reward_replay", "utilization", "latency_ratio", "loss_rate", "episode_return",
                  "valid_frac", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac",
-                 "ent_coef", "std"]
+                 "ent_coef", "std", "lr"]
 EVAL_FIELDS = ["iteration", "phase", "cycle", "wall_s", "w_thr", "w_lat", "w_loss", "reward",
                "utilization", "latency_ratio", "loss_rate"]
 
@@ -118,6 +119,12 @@ class Trainer:
         elif self.resume:
             self.metrics.truncate(0)
             self.evals.truncate(0)
+        if prog["iteration"] == 0:
+            # a new run (or an adaptation, which starts at its source's iteration) anneals over
+            # its own planned length; a resumed one keeps the schedule its checkpoint holds
+            state = state.replace(hyper=with_anneal(
+                state.hyper, s.cfg.train.get("anneal", "constant"), int(state.iteration),
+                getattr(self.schedule, "max_iters", 0)))
         eval_prefs = np.asarray(self.schedule.eval_prefs, np.float32)
         t = s.cfg.train
         evaluator = Evaluator(s, len(eval_prefs), t.get("eval_links", 8), t.get("eval_steps", 200))
@@ -232,7 +239,7 @@ class Trainer:
             else:
                 row["reward_current"] = row["reward"]
             for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac",
-                      "ent_coef", "std"):
+                      "ent_coef", "std", "lr"):
                 row[k] = float(getattr(m, k)[i])
             rows.append(row)
         return rows
