@@ -71,6 +71,7 @@ def crashed_and_resumed(tmp_path_factory):
     return dict(spec=spec, out=out, crashed=crashed, final=final, summary=summary)
 
 
+@pytest.mark.slow  # the fixture: two small sweeps' compiles and runs (~25 s of CPU)
 def test_steps_are_static_groups_and_seeds_batch_together(crashed_and_resumed):
     k = crashed_and_resumed
     spec, final = k["spec"], k["final"]
@@ -129,6 +130,7 @@ def test_each_trial_trains_and_is_evaluated_on_its_own_landmarks(crashed_and_res
             assert 0 < row["train_99_s"] <= row["train_s"]
 
 
+@pytest.mark.slow  # compiles the reference Evaluator at 3 landmarks (~15 s of CPU)
 def test_landmark_trial_equals_the_trial_alone(crashed_and_resumed):
     """Seed 1 at step 1/4 (omega = 3), trained beside seed 0: alone (the drivers' un-batched
     chunk fed all-at-once's preferences, ccjax.train's Evaluator at the 3 landmarks) it computes
