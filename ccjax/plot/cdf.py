@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ccjax.plot.common import STYLE, check_plot_path, pyplot, save
+from ccjax.plot.common import STYLE, check_plot_path, legend_texts, pyplot, save
 from ccjax.plot.sweepdata import check_by, groups, load_prefeval, load_trials, pooled
 
 
@@ -38,7 +38,7 @@ def plot_cdf(sweep_dir: str | Path, out: str | Path, by: str | None = None) -> d
         for name, members in groups(st, ids, by):
             r = np.concatenate([pe.trials[t]["reward"] for t in members])
             x, y = ecdf(r)
-            text = pooled(name, members, "trial" if by not in (None, "seed") else "seed")
+            text = pooled(name, members, "seed" if by is None else "trial")
             ax.step(x, y, where="post", lw=1.6, label=text)
             lines.append({"label": text, "kind": "trial", "trials": members, "n": len(r),
                           "median": float(np.median(r)), "p10": float(np.percentile(r, 10))})
@@ -55,6 +55,7 @@ def plot_cdf(sweep_dir: str | Path, out: str | Path, by: str | None = None) -> d
         ax.set_ylim(0, 1.0)
         ax.set_title(f"{sp['preferences']} preferences x {sp['links']} {sp['scenario']} links, "
                      f"{sp['model']} model")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        leg = ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+        legend = legend_texts(leg)
         save(fig, out)
-    return {"lines": lines}
+    return {"legend": legend, "lines": lines}

@@ -22,8 +22,8 @@ def add_plot(sub: Any) -> None:
     q = kinds.add_parser(
         "pareto", help="achieved points per preference, Pareto fronts, hypervolume",
         description="Per trial: a point per evaluated preference (means over links), its "
-        "Pareto front as a staircase and its hypervolume (reference: x = 0 and the worst y "
-        "in the sweep's evaluation) in the legend; classic controllers as labelled points. "
+        "Pareto front as a staircase and its hypervolume (reference: x = 0 and 1.1 x the "
+        "worst y in the sweep's evaluation) in the legend; classic controllers as labelled points. "
         "Without --trial: every trial up to 6, else the best by mean reward.")
     common(q)
     q.add_argument("--x", default="utilization", choices=["utilization", "throughput"])

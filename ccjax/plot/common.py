@@ -33,12 +33,18 @@ def pyplot() -> Any:
     return plt
 
 
-def save(fig: Any, path: str | Path) -> Path:
+def save(fig: Any, path: str | Path, tight: bool = True) -> Path:
     """Write ``fig`` as PNG (200 dpi), PDF or SVG by the suffix, creating the directory, and
-    close it."""
+    close it. ``tight``: crop to what is drawn (legends outside the axes included)."""
     plt = pyplot()
     p = check_plot_path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(p, dpi=200, bbox_inches="tight")
+    fig.savefig(p, dpi=200, bbox_inches="tight" if tight else None)
     plt.close(fig)
     return p
+
+
+def legend_texts(legend: Any) -> list[str]:
+    """A legend's title (when it has one) and entries, as drawn."""
+    title = legend.get_title().get_text()
+    return ([title] if title else []) + [t.get_text() for t in legend.get_texts()]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ccjax.errors import ConfigError
-from ccjax.plot.common import STYLE, check_plot_path, pyplot, save
+from ccjax.plot.common import STYLE, check_plot_path, legend_texts, pyplot, save
 from ccjax.plot.sweepdata import (
     check_by,
     groups,
@@ -68,7 +68,7 @@ def plot_curves(source: str | Path, out: str | Path, metric: str = "reward",
                               f"{str(d / 'curves')!r} yet")
         _check_metric(metric, curves)
         ids = [t for t in st.ids if t in curves]
-        lines_in = [(pooled(n, m, "trial" if by not in (None, "seed") else "seed"), m)
+        lines_in = [(pooled(n, m, "seed" if by is None else "trial"), m)
                     for n, m in groups(st, ids, by)]
         title = f"{d.name}: {len(ids)} trials"
     elif (d / "metrics.csv").is_file():
@@ -113,11 +113,15 @@ def plot_curves(source: str | Path, out: str | Path, metric: str = "reward",
                           "mean": mean.tolist()})
         if not lines:
             raise ConfigError(f"metric={metric!r} is invalid here: no trial has a value of it")
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("iteration")
         ax.set_ylabel(LABELS.get(metric, metric))
         ax.set_title(title)
-        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
-                  title="mean; band: min–max over pooled trials" if banded else None,
+        leg = ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+                  title="mean, band min–max" if banded else None,
                   alignment="left")
+        legend = legend_texts(leg)
         save(fig, out)
-    return {"lines": lines, "metric": metric}
+    return {"legend": legend, "lines": lines, "metric": metric}

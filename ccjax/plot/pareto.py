@@ -5,10 +5,11 @@ throughput and latency ratio or p95 delay, means over the evaluation's links), t
 of those points as a staircase, and the series' hypervolume in the legend. Classic controllers
 are labelled points (means over the same links; a classic controller sends the same whatever
 the preference). The hypervolume (``ccjax.pareto.hypervolume_2d``) is taken against one
-reference point for every series: x = 0 (no utilization or throughput) and y = the worst
-per-preference y of every trial and controller in the sweep's evaluation, so a trial's value
-does not depend on which others are drawn. The points are the trial's results at the
-evaluation's random preferences (``ccjax.sweep.prefeval``).
+reference point for every series: x = 0 (no utilization or throughput) and y = 1.1 x the worst
+per-preference y of every trial and controller in the sweep's evaluation (latency ratio and
+delay are positive, so that is strictly worse than every point), so a trial's value does not
+depend on which others are drawn and its worst point still counts. The points are the trial's
+results at the evaluation's random preferences (``ccjax.sweep.prefeval``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 
 from ccjax.errors import ConfigError
 from ccjax.pareto import hypervolume_2d, pareto_front
-from ccjax.plot.common import STYLE, check_plot_path, pyplot, save
+from ccjax.plot.common import STYLE, check_plot_path, legend_texts, pyplot, save
 from ccjax.plot.sweepdata import label, load_prefeval, load_trials, select
 
 #: --x and --y choices: (column, axis label, larger is better)
@@ -27,6 +28,9 @@ X_AXES = {"utilization": ("utilization", "utilization (delivered / capacity)", T
           "throughput": ("throughput_mbps", "throughput (Mbps)", True)}
 Y_AXES = {"latency_ratio": ("latency_ratio", "latency ratio (mean RTT / base RTT)", False),
           "p95_delay": ("p95_delay_ms", "p95 one-way delay (ms)", False)}
+#: the reference's y is this much worse than the worst y seen, so that every point, the worst
+#: included, adds area (at exactly the worst y a series' worst front point would add none)
+REF_MARGIN = 1.1
 #: trials drawn without --trial: all of them up to this many, else the best
 MAX_SERIES = 6
 
@@ -49,7 +53,7 @@ def plot_pareto(sweep_dir: str | Path, out: str | Path, x: str = "utilization",
     shown, note = select(st, list(pe.trials), trials, MAX_SERIES, score)
     classic = {n: (float(np.mean(c[xc])), float(np.mean(c[yc]))) for n, c in pe.classic.items()}
     worst = max([float(p[:, 1].max()) for p in pts.values()] + [v[1] for v in classic.values()])
-    ref = (0.0, worst)
+    ref = (0.0, REF_MARGIN * worst)
 
     plt = pyplot()
     series = []
@@ -71,12 +75,13 @@ def plot_pareto(sweep_dir: str | Path, out: str | Path, x: str = "utilization",
                        zorder=3)
             series.append({"trial": t, "label": name, "points": p.tolist(),
                            "front": front.tolist(), "hypervolume": hv})
-        for n, (cx, cy) in classic.items():
+        for (cx, cy), names in _merged(classic).items():
             ax.scatter([cx], [cy], marker="s", s=30, color="0.25", zorder=4)
-            ax.annotate(n, (cx, cy), xytext=(4, 4), textcoords="offset points", fontsize=8,
-                        color="0.15")
+            ax.annotate(", ".join(names), (cx, cy), xytext=(5, 4), textcoords="offset points",
+                        fontsize=8, color="0.15")
         ax.scatter([ref[0]], [ref[1]], marker="x", s=30, color="0.5", zorder=4,
                    label=f"hypervolume reference ({ref[0]:g}, {ref[1]:.3g})")
+        ax.margins(x=0.12, y=0.08)  # room for the controllers' names inside the axes
         ax.set_xlabel(xl)
         ax.set_ylabel(yl)
         sp = pe.spec
@@ -84,7 +89,30 @@ def plot_pareto(sweep_dir: str | Path, out: str | Path, x: str = "utilization",
                  f"{sp['model']} model" + (f"; {note}" if note else ""))
         ax.set_title(title)
         # the legend outside the axes, so it never covers a point
-        ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
+        leg = ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0,
                   title="Pareto front", alignment="left")
+        legend = legend_texts(leg)
         save(fig, out)
-    return {"series": series, "classic": classic, "reference": ref, "x": xc, "y": yc}
+    return {"legend": legend, "series": series, "classic": classic, "reference": ref,
+            "x": xc, "y": yc}
+
+
+def _merged(points: dict[str, tuple[float, float]], tol: float = 0.015
+            ) -> dict[tuple[float, float], list[str]]:
+    """Controllers whose points lie within ``tol`` of the axes' spans of each other share one
+    marker and one label ("cubic, vegas"), so names never print over each other."""
+    if not points:
+        return {}
+    xs = [p[0] for p in points.values()]
+    ys = [p[1] for p in points.values()]
+    sx = max(max(xs) - min(xs), 1e-12)
+    sy = max(max(ys) - min(ys), 1e-12)
+    out: dict[tuple[float, float], list[str]] = {}
+    for n, (x, y) in points.items():
+        for (ox, oy), names in out.items():
+            if abs(x - ox) <= tol * sx and abs(y - oy) <= tol * sy:
+                names.append(n)
+                break
+        else:
+            out[(x, y)] = [n]
+    return out

@@ -45,10 +45,15 @@ def plot_ternary(sweep_dir: str | Path, out: str | Path,
     plt = pyplot()
     panels = []
     n = len(shown)
-    cols = min(n, 3)
+    cols = 2 if n == 4 else min(n, 3)
     rows = -(-n // cols)
     with plt.rc_context({**STYLE, "axes.grid": False}):
-        fig = plt.figure(figsize=(3.4 * cols + 0.9, 3.3 * rows), layout="constrained")
+        # laid out by hand: mpltern's corner-label placement makes constrained layout and
+        # tight cropping take tens of seconds
+        w, h = 3.6 * cols + 1.2, 3.9 * rows + 0.5
+        fig = plt.figure(figsize=(w, h))
+        fig.subplots_adjust(left=0.9 / w, right=1 - 2.0 / w, bottom=0.75 / h, top=1 - 1.25 / h,
+                            wspace=0.45, hspace=0.75)
         mappable = None
         for i, t in enumerate(shown):
             ax = fig.add_subplot(rows, cols, i + 1, projection="ternary")
@@ -64,12 +69,14 @@ def plot_ternary(sweep_dir: str | Path, out: str | Path,
             ax.set_rlabel("w_loss")
             ax.grid(alpha=0.3)
             name = label(st, t, shown) if n > 1 else t
-            ax.set_title(f"{name}\nmean reward {float(v.mean()):.3f}", pad=18)
+            ax.set_title(f"{name}: mean reward {float(v.mean()):.3f}", pad=24)
             panels.append({"trial": t, "label": name, "reward": v.tolist()})
-        cb = fig.colorbar(mappable, ax=fig.axes, shrink=0.8, pad=0.04)
+        cax = fig.add_axes((1 - 1.15 / w, 0.75 / h + 0.1 * (1 - 2.0 / h), 0.18 / w,
+                            0.8 * (1 - 2.0 / h)))
+        cb = fig.colorbar(mappable, cax=cax)
         cb.set_label("reward w$^T$O (mean over links)")
         sp = pe.spec
         fig.suptitle(f"{sp['preferences']} preferences x {sp['links']} {sp['scenario']} links"
-                     + (f"; {note}" if note else ""), fontsize=10)
-        save(fig, out)
+                     + (f"; {note}" if note else ""), fontsize=10, y=1 - 0.2 / h)
+        save(fig, out, tight=False)
     return {"panels": panels, "range": (lo, hi)}
