@@ -1,6 +1,10 @@
 """Preference evaluation of a sweep's trials (ccjax prefeval) and the sweep figures (ccjax plot),
-from one small real sweep: 2 learning rates x 2 seeds, 2 iterations, with a [prefeval] table of
-4 preferences x 2 short fluid-model links and Cubic."""
+from one small real sweep: 2 learning rates x 2 seeds, 4 iterations, with a [prefeval] table of
+4 preferences x 2 short fluid-model links and Cubic.
+
+The sweep's settings are test_sweep.py's TINY trials in batches of 2, evaluated every 2
+iterations: the same compiled programs, so the session's shared compilation cache
+(tests/conftest.py) compiles them once for both files."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ name = "tiny-prefeval"
 algo = "ppo-mocc"
 [set]
 train.schedule = "fixed"
-train.iters = 2
+train.iters = 4
 train.chunk = 2
 train.n_envs = 8
 train.n_steps = 4
@@ -35,6 +39,9 @@ agent.n_minibatches = 2
 [axes]
 hyper.lr = [1e-3, 3e-4]
 seed = [0, 1]
+[sweep]
+batch = 2
+eval_every = 2
 [prefeval]
 preferences = 4
 links = 2
@@ -219,11 +226,11 @@ def test_ternary_cdf_and_curves_figures(sweep, tmp_path, capsys):
     r = plot_curves(sweep, tmp_path / "k.png")
     _nonempty(tmp_path / "k.png")
     assert r["legend"] == ["mean, band min–max", "lr=0.001 (2 seeds)", "lr=0.0003 (2 seeds)"]
-    assert all(x["iterations"] == [1.0, 2.0] for x in r["lines"])
+    assert all(x["iterations"] == [1.0, 2.0, 3.0, 4.0] for x in r["lines"])
     r = plot_curves(sweep, tmp_path / "k.pdf", metric="eval_reward", by="seed")
     _nonempty(tmp_path / "k.pdf")
     assert r["legend"][1:] == ["seed=0 (2 trials)", "seed=1 (2 trials)"]
-    assert all(x["iterations"] == [2.0] for x in r["lines"])  # evaluated at the end only
+    assert all(x["iterations"] == [2.0, 4.0] for x in r["lines"])  # evaluated every 2
 
 
 def test_curves_of_a_training_run_directory(tmp_path):
