@@ -458,6 +458,11 @@ def cmd_sweep(args) -> int:
     print(f"{summary['done']} done, {summary['failed']} failed, {summary['pending']} pending "
           f"of {summary['trials']} trials in {summary['wall_s']:.1f} s "
           f"({len(summary['batches'])} batch(es) run now); `ccjax results {out}` shows them")
+    if "prefeval" in summary:
+        pe = summary["prefeval"]
+        print(f"prefeval: {len(pe['trials_evaluated'])} trial(s) and "
+              f"{len(pe['classic_evaluated'])} controller(s) evaluated in {pe['dir']}; "
+              f"`ccjax plot pareto|ternary|cdf {out} -o FILE` draws them")
     return 0
 
 

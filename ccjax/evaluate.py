@@ -422,13 +422,19 @@ def evaluate_preferences(
         out.simulated, out.programs = M, 1
         out.compile_s, out.run_s = c, res.wall_s
         base = [_link_row(res, i, W[0]) for i in range(M)]
+
+        def col(k: str) -> np.ndarray:
+            return np.asarray([r[k] for r in base], np.float64)[None, :]
+
+        # every (preference, link) reward at once: (N, 1, 3) weights against (1, M) totals
+        rewards = np.asarray(metrics.mocc_reward(W[:, None, :], col("utilization"), 1.0,
+                                                 col("mean_rtt_ms"), col("base_rtt_ms"),
+                                                 col("loss_rate")), np.float64)
         for p, w in enumerate(W):
             for i, r in enumerate(base):
-                reward = float(metrics.mocc_reward(w, r["utilization"], 1.0, r["mean_rtt_ms"],
-                                                   r["base_rtt_ms"], r["loss_rate"]))
                 out.rows.append({"pref": p, "w_thr": float(w[0]), "w_lat": float(w[1]),
-                                 "w_loss": float(w[2]), "link": i, **r, "reward": reward,
-                                 **extra(i)})
+                                 "w_loss": float(w[2]), "link": i, **r,
+                                 "reward": float(rewards[p, i]), **extra(i)})
         return out
 
     # prefs per program: the whole grid, or as many whole preferences as max_links holds
