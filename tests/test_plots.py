@@ -141,8 +141,7 @@ def test_prefeval_resumes_and_refuses_other_settings(sweep, capsys):
     assert gone.is_file()
     assert {p: p.stat().st_mtime_ns for p in before} == before  # not rewritten
     assert not list(pdir.rglob("*.tmp"))
-    # another classic controller is added to the same evaluation, not a mismatch; the
-    # trials are all done
+    # settings that change the rows are refused, and nothing is written
     spec_before = json.loads((pdir / "spec.json").read_text())
     assert main(["prefeval", str(sweep), "--links", "3", "--quiet"]) == 2
     err = capsys.readouterr().err
@@ -282,3 +281,25 @@ def test_plot_errors_are_one_line(sweep, tmp_path, capsys):
     assert "run `ccjax prefeval" in capsys.readouterr().err
     assert not list(tmp_path.glob("x.*"))
     assert os.listdir(bare) == ["ledger.sqlite"]
+
+
+def test_legend_labels_name_the_axes_that_tell_trials_apart():
+    from ccjax.plot.sweepdata import SweepTrials, groups, label
+
+    steps = [(0.25, 288), (0.2, 288), (1 / 6, 290), (0.1, 288), (0.05, 342)]
+    pts = {f"t{i}": {"train.landmarks_step": s, "train.n_envs": n, "seed": 0}
+           for i, (s, n) in enumerate(steps)}
+    st = SweepTrials(Path("."), list(pts), pts, dict.fromkeys(pts, "done"))
+    # ω = C(1/step - 1, 2); n_envs moves with the step (a linked axis) and adds nothing
+    assert [label(st, t, st.ids) for t in st.ids] == ["ω=3", "ω=6", "ω=10", "ω=36", "ω=171"]
+    pts = {f"t{i}": {"hyper.lr": lr, "hyper.ent_start": e0, "hyper.ent_end": e1, "seed": sd}
+           for i, (lr, (e0, e1), sd) in enumerate(
+               (lr, e, sd) for lr in (1e-3, 3e-4) for e in ((0.01, 0.001), (0.1, 0.01))
+               for sd in (0, 1))}
+    st = SweepTrials(Path("."), list(pts), pts, dict.fromkeys(pts, "done"))
+    g = groups(st, st.ids, None)  # seeds pooled
+    assert [n for n, _ in g] == ["lr=0.001, ent_start=0.01", "lr=0.001, ent_start=0.1",
+                                 "lr=0.0003, ent_start=0.01", "lr=0.0003, ent_start=0.1"]
+    assert [m for _, m in g][0] == ["t0", "t1"]
+    assert [n for n, _ in groups(st, st.ids, "hyper.lr")] == ["lr=0.001", "lr=0.0003"]
+    assert label(st, "t0", ["t0"]) == "t0"  # nothing differs: the id

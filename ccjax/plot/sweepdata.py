@@ -80,11 +80,34 @@ def check_by(trials: SweepTrials, by: str | None) -> None:
                           "axes, or trial for one line per trial)")
 
 
+def label_keys(trials: SweepTrials, among: list[str], skip: tuple[str, ...] = ()) -> list[str]:
+    """The axes that tell ``among`` apart, in the spec's order, less ``skip`` and less any
+    axis the ones before it already determine (a linked axis's second key, e.g. ``n_envs``
+    moving with ``landmarks_step``, or ``ent_end`` with ``ent_start``)."""
+
+    def val(t: str, k: str) -> str:
+        return json.dumps(trials.points[t].get(k), sort_keys=True)
+
+    kept: list[str] = []
+    for k in trials.axes:
+        if k in skip or len({val(t, k) for t in among}) < 2:
+            continue
+        seen: dict[tuple[str, ...], str] = {}
+        determined = bool(kept)
+        for t in among:
+            key = tuple(val(t, j) for j in kept)
+            if seen.setdefault(key, val(t, k)) != val(t, k):
+                determined = False
+                break
+        if not determined:
+            kept.append(k)
+    return kept
+
+
 def label(trials: SweepTrials, tid: str, among: list[str], skip: tuple[str, ...] = ()) -> str:
-    """A trial's name in a legend: the values of the axes that differ among ``among`` (less
-    ``skip``), else its id."""
-    keys = [k for k in trials.axes if k not in skip
-            and len({json.dumps(trials.points[t].get(k), sort_keys=True) for t in among}) > 1]
+    """A trial's name in a legend: the values of the axes that tell ``among`` apart
+    (``label_keys``), else its id."""
+    keys = label_keys(trials, among, skip)
     if not keys:
         return tid
     return ", ".join(axis_label(k, trials.points[tid].get(k)) for k in keys)
