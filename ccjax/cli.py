@@ -458,6 +458,11 @@ def cmd_sweep(args) -> int:
     print(f"{summary['done']} done, {summary['failed']} failed, {summary['pending']} pending "
           f"of {summary['trials']} trials in {summary['wall_s']:.1f} s "
           f"({len(summary['batches'])} batch(es) run now); `ccjax results {out}` shows them")
+    if "prefeval" in summary:
+        pe = summary["prefeval"]
+        print(f"prefeval: {len(pe['trials_evaluated'])} trial(s) and "
+              f"{len(pe['classic_evaluated'])} controller(s) evaluated in {pe['dir']}; "
+              f"`ccjax plot pareto|ternary|cdf {out} -o FILE` draws them")
     return 0
 
 
@@ -510,6 +515,52 @@ def cmd_results(args) -> int:
     return 0
 
 
+def _add_prefeval(sub) -> None:
+    p = sub.add_parser(
+        "prefeval", help="evaluate a sweep's trials on random preferences x scenario links",
+        description="MOCC's Fig. 6 protocol on a sweep directory: each finished trial's policy "
+        "on N preferences drawn uniformly from the simplex x M links of a scenario (one batched "
+        "program per trial), and classic controllers on the same links scored with the same "
+        "preferences, into SWEEP_DIR/prefeval/ (one Parquet file per trial and controller). "
+        "Settings: the flags, else an earlier evaluation's prefeval/spec.json, else the "
+        "spec's [prefeval] table, else the defaults. Resumes: files already written are "
+        "skipped.")
+    p.add_argument("sweep_dir")
+    p.add_argument("--preferences", type=int, help="N preferences (default 100)")
+    p.add_argument("--links", type=int, help="M links (default 10)")
+    p.add_argument("--scenario", help="scenario preset name or TOML path (default mocc-test)")
+    p.add_argument("--seed", type=int, help="seed of the links and preferences (default 0)")
+    p.add_argument("--duration-s", type=float, help="simulated seconds per link (default: "
+                   "the scenario's)")
+    p.add_argument("--sim-model", choices=["packet", "fluid"], help="simulator model "
+                   "(default packet)")
+    p.add_argument("--classic", type=_names, help="classic controllers, comma-separated "
+                   "(default bbr,copa,cubic,vegas,vivace)")
+    p.add_argument("--max-links", type=int, help="simulated links per compiled program "
+                   "(default 0: a trial's whole grid at once)")
+    p.add_argument("--trial", action="append", help="only this trial id (repeatable)")
+    p.add_argument("--quiet", action="store_true")
+
+
+def cmd_prefeval(args) -> int:
+    from ccjax.sweep.ledger import Ledger
+    from ccjax.sweep.prefeval import run_prefeval, spec_for
+
+    Ledger.existing(args.sweep_dir).close()  # a clear error for a directory that is no sweep
+    ov = {k: v for k, v in (("preferences", args.preferences), ("links", args.links),
+                            ("scenario", args.scenario), ("seed", args.seed),
+                            ("duration_s", args.duration_s), ("model", args.sim_model),
+                            ("classic", args.classic), ("max_links", args.max_links))
+          if v is not None}
+    spec = spec_for(args.sweep_dir, ov)
+    s = run_prefeval(args.sweep_dir, spec, trials=args.trial, log=_log(args),
+                     progress=not args.quiet and sys.stderr.isatty())
+    print(f"prefeval: {len(s['trials_evaluated'])} trial(s) and {len(s['classic_evaluated'])} "
+          f"controller(s) evaluated now, {len(s['trials_skipped'])} trial(s) and "
+          f"{len(s['classic_skipped'])} controller(s) already done; results in {s['dir']}")
+    return 0
+
+
 def cmd_scenarios(args) -> int:
     from ccjax.sim.scenario import list_scenarios, load_scenario
 
@@ -555,6 +606,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_train(sub)
     _add_eval(sub)
     _add_sweep(sub)
+    _add_prefeval(sub)
+    from ccjax.plot.cli import add_plot
+
+    add_plot(sub)
     return ap
 
 
@@ -584,6 +639,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_sweep(args)
         if args.command == "results":
             return cmd_results(args)
+        if args.command == "prefeval":
+            return cmd_prefeval(args)
+        if args.command == "plot":
+            from ccjax.plot.cli import cmd_plot
+
+            return cmd_plot(args)
     except ConfigError as e:
         print(f"ccjax: error: {e}", file=sys.stderr)
         return 2

@@ -40,8 +40,10 @@ initial windows) must.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import math
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -58,7 +60,7 @@ from ccjax.cc.registry import CONTROLLERS
 from ccjax.errors import ConfigError, require
 from ccjax.sim import capacity
 from ccjax.sim.link import MODELS, LinkSpec, build_links, plan
-from ccjax.sim.run import RunResult, make_timeline, run, summarize
+from ccjax.sim.run import RunResult, Timeline, make_runner, make_timeline, run, summarize
 from ccjax.sim.scenario import Scenario, load_scenario
 
 #: initial rate of a policy, as a fraction of each link's mean capacity (see the module doc)
@@ -188,9 +190,31 @@ def _link_row(res: RunResult, i: int, w: np.ndarray) -> dict:
     reward = float(metrics.mocc_reward(w, util, 1.0, fl["mean_rtt_ms"], fl["base_rtt_ms"], loss))
     return {"utilization": util, "latency_ratio": lat, "p95_delay_ms": p95, "loss_rate": loss,
             "reward": reward, "throughput_mbps": float(fl["throughput_mbps"]),
+            "mean_rtt_ms": float(fl["mean_rtt_ms"]),
             "link_utilization": float(s["link"]["utilization"]),
             "capacity_mbps": float(s["link"]["capacity_mbps"]),
             "base_rtt_ms": float(fl["base_rtt_ms"])}
+
+
+def _resolve_links(scenario: str | Scenario, links: int | Sequence[LinkSpec], seed: int,
+                   duration_s: float | None) -> tuple[list[LinkSpec], str, float, int]:
+    """(link specs, scenario label, duration, flows per link) of an evaluation: ``links`` links
+    sampled from ``scenario`` with ``seed``, or the explicit links."""
+    sc = scenario if isinstance(scenario, Scenario) else None
+    if isinstance(links, int | np.integer):
+        sc = sc or load_scenario(scenario)
+        specs = sc.sample(int(seed), int(links))
+        label = sc.name
+    else:
+        specs = list(links)
+        label = sc.name if sc is not None else "links"
+    if duration_s is None:
+        sc = sc or load_scenario(scenario)
+        duration_s = float(sc.duration_s)
+    n_flows = max(s.n_flows for s in specs)
+    if sc is not None and isinstance(links, int | np.integer):
+        n_flows = max(n_flows, sc.max_flows)
+    return specs, label, float(duration_s), n_flows
 
 
 def evaluate(
@@ -227,21 +251,7 @@ def evaluate(
         if m.label not in {r.label for r in resolved}:  # keep order, drop repeats
             resolved.append(m)
 
-    sc = scenario if isinstance(scenario, Scenario) else None
-    if isinstance(links, int | np.integer):
-        sc = sc or load_scenario(scenario)
-        specs = sc.sample(int(seed), int(links))
-        label = sc.name
-    else:
-        specs = list(links)
-        label = sc.name if sc is not None else "links"
-    if duration_s is None:
-        sc = sc or load_scenario(scenario)
-        duration_s = float(sc.duration_s)
-    n_flows = max(s.n_flows for s in specs)
-    if sc is not None and isinstance(links, int | np.integer):
-        n_flows = max(n_flows, sc.max_flows)
-
+    specs, label, duration_s, n_flows = _resolve_links(scenario, links, seed, duration_s)
     w_default = w_given or next((m.preference for m in resolved if m.preference), None) \
         or EQUAL_PREFERENCE
     cfg, horizon = plan(specs, duration_s, n_flows=n_flows, tick_s=tick_s, model=model)
@@ -267,4 +277,187 @@ def evaluate(
         mean = {c: float(np.mean([r[c] for r in per])) for c in COLUMNS}
         out.rows.append({"method": m.label, "kind": m.kind, "preference": [float(x) for x in w],
                          **mean, "links": B, "compile_s": res.compile_s, "run_s": res.wall_s})
+    return out
+
+
+# ---- one method on a grid of preferences x links (MOCC Fig. 6: 100 objectives x 10 networks)
+
+#: compiled runners by (config, traced controller, timeline, batch): trials of a sweep share
+#: network shapes, so their preference grids reuse one program (a few entries at most)
+_RUNNERS: dict[tuple, Any] = {}
+_RUNNERS_MAX = 8
+
+
+@dataclass
+class PreferenceGrid:
+    """``evaluate_preferences``' result: ``rows`` holds one dict per (preference, link),
+    preference-major (``pref``, ``w_thr``, ``w_lat``, ``w_loss``, ``link`` and the per-link
+    columns of ``EvalResult.per_link``: ``COLUMNS``, ``mean_rtt_ms``, ``base_rtt_ms``,
+    ``capacity_mbps``, ``buffer_pkts``, ``random_loss``). ``simulated`` counts the links the
+    simulator ran (preferences x links for a MOCC policy; the links once for a method whose
+    sending does not depend on the preference, rescored per preference)."""
+
+    method: str
+    kind: str
+    scenario: str
+    seed: int
+    duration_s: float
+    model: str
+    tick_s: float
+    n_links: int
+    n_preferences: int
+    simulated: int
+    programs: int  # compiled batches run (several when max_links splits the grid)
+    compile_s: float
+    run_s: float
+    rows: list[dict] = field(default_factory=list)
+
+
+def _traced(ctl: Controller) -> Controller:
+    """The controller as the compiled program sees it. A policy's weights, preference, rate
+    bounds and other defaults reach the program through its ``PolicyParams``, so two policies
+    of the same network shape compile to the same program."""
+    if isinstance(ctl, PolicyController):
+        return dataclasses.replace(ctl, actor=None, preference=None, name="policy")
+    return ctl
+
+
+def _run_cached(cfg: Any, ctl: Controller, timeline: Timeline, links: Any, params: Any,
+                keys: jnp.ndarray) -> tuple[RunResult, float]:
+    """``ccjax.sim.run.run`` with the compiled program kept for the next call of the same
+    shapes; returns (result, seconds spent compiling in this call)."""
+    from ccjax.devices import shard_batch
+
+    B = int(links.buffer_bytes.shape[0])
+    links, params, keys = shard_batch((links, params, keys), B)
+    tctl = _traced(ctl)
+    key = (cfg, tctl, timeline, B)
+    compile_s = 0.0
+    fn = _RUNNERS.get(key)
+    if fn is None:
+        t0 = time.perf_counter()
+        fn = make_runner(cfg, tctl, timeline).lower(links, params, keys).compile()
+        compile_s = time.perf_counter() - t0
+        if len(_RUNNERS) >= _RUNNERS_MAX:
+            _RUNNERS.pop(next(iter(_RUNNERS)))
+        _RUNNERS[key] = fn
+    t0 = time.perf_counter()
+    state, series, qend = fn(links, params, keys)
+    jax.block_until_ready(series)
+    wall = time.perf_counter() - t0
+    # numpy once, so the per-link summaries below index host arrays
+    res = RunResult(cfg=cfg, timeline=timeline, links=jax.tree.map(np.asarray, links),
+                    state=state, series=jax.tree.map(np.asarray, series),
+                    queue_end=np.asarray(qend), wall_s=wall, compile_s=compile_s)
+    return res, compile_s
+
+
+def check_preferences(preferences: Any) -> np.ndarray:
+    """An (N, 3) array of preferences, each on the simplex (``check_preference``)."""
+    from ccjax.envs.build import check_preference
+
+    try:
+        w = np.asarray(preferences, np.float64)
+    except (TypeError, ValueError):
+        raise ConfigError("preferences is invalid: an (N, 3) array of w_thr,w_lat,w_loss "
+                          "rows") from None
+    require(w.ndim == 2 and w.shape[0] >= 1 and w.shape[1] == 3, "preferences",
+            f"shape {w.shape}", "an (N, 3) array with N >= 1")
+    for i, row in enumerate(w):
+        check_preference(row, f"preferences[{i}]")
+    return w
+
+
+def evaluate_preferences(
+    method: str | os.PathLike | Method,
+    preferences: Any,
+    scenario: str | Scenario = "mocc-test",
+    links: int | Sequence[LinkSpec] = 10,
+    *,
+    seed: int = 0,
+    duration_s: float | None = None,
+    model: str = "packet",
+    tick_s: float = 1e-3,
+    init_rate_frac: float = DEFAULT_INIT_RATE_FRAC,
+    max_links: int | None = None,
+) -> PreferenceGrid:
+    """One method at every preference on every link: MOCC Fig. 6's protocol (§6.1: "100
+    uniformly distributed objectives x 10 network conditions", every case scored with its own
+    w^T O).
+
+    A MOCC policy runs once per (preference, link): the links are tiled once per preference
+    and the whole grid is one batched program (the preference is a per-link parameter of the
+    policy, DESIGN principle 2), in programs of at most ``max_links`` simulated links when
+    given (the last one padded, so one compilation serves all). Link ``l`` gets the same PRNG
+    key at every preference, the key ``evaluate`` gives it: a row equals ``evaluate([method],
+    scenario, links, seed=seed, preference=w)``'s link ``l``. A classic controller (or a policy
+    without a preference input) sends the same whatever w is, so it runs once on the links and
+    each link's totals are scored with every preference. Metrics and reward: as ``evaluate``
+    (module doc)."""
+    _check(links, duration_s, seed, model, tick_s, init_rate_frac)
+    W = check_preferences(preferences)
+    if max_links is not None:
+        require(isinstance(max_links, int | np.integer) and not isinstance(max_links, bool)
+                and max_links >= 1, "max_links", max_links, "an integer >= 1 (or None)")
+    m = method if isinstance(method, Method) else resolve_method(method, W[0])
+    specs, label, duration_s, n_flows = _resolve_links(scenario, links, seed, duration_s)
+    M, N = len(specs), len(W)
+    per_pref = bool(isinstance(m.controller, PolicyController) and m.controller.pref_dim)
+    cfg, horizon = plan(specs, duration_s, n_flows=n_flows, tick_s=tick_s, model=model)
+    timeline = make_timeline(duration_s, duration_s, cfg.tick_s)  # totals only
+    link_keys = jax.random.split(jax.random.PRNGKey(int(seed)), M)
+    out = PreferenceGrid(method=m.label, kind=m.kind, scenario=label, seed=int(seed),
+                         duration_s=float(duration_s), model=model, tick_s=float(cfg.tick_s),
+                         n_links=M, n_preferences=N, simulated=0, programs=0, compile_s=0.0,
+                         run_s=0.0)
+
+    def extra(i: int) -> dict:
+        return {"buffer_pkts": float(specs[i].buffer_pkts), "random_loss": float(specs[i].loss)}
+
+    if not per_pref:
+        batch = build_links(specs, cfg, horizon)
+        cap = np.asarray(capacity.mean_rate_jnp(batch.sched)) / cfg.tick_s
+        params = _batched_params(m, M, cfg.n_flows, cap, init_rate_frac)
+        res, c = _run_cached(cfg, m.controller, timeline, batch, params, link_keys)
+        out.simulated, out.programs = M, 1
+        out.compile_s, out.run_s = c, res.wall_s
+        base = [_link_row(res, i, W[0]) for i in range(M)]
+
+        def col(k: str) -> np.ndarray:
+            return np.asarray([r[k] for r in base], np.float64)[None, :]
+
+        # every (preference, link) reward at once: (N, 1, 3) weights against (1, M) totals
+        rewards = np.asarray(metrics.mocc_reward(W[:, None, :], col("utilization"), 1.0,
+                                                 col("mean_rtt_ms"), col("base_rtt_ms"),
+                                                 col("loss_rate")), np.float64)
+        for p, w in enumerate(W):
+            for i, r in enumerate(base):
+                out.rows.append({"pref": p, "w_thr": float(w[0]), "w_lat": float(w[1]),
+                                 "w_loss": float(w[2]), "link": i, **r,
+                                 "reward": float(rewards[p, i]), **extra(i)})
+        return out
+
+    # prefs per program: the whole grid, or as many whole preferences as max_links holds
+    P = N if max_links is None else max(1, min(N, int(max_links) // M))
+    batch = build_links(specs * P, cfg, horizon)  # preference-major: index = p * M + link
+    cap = np.asarray(capacity.mean_rate_jnp(batch.sched)) / cfg.tick_s
+    params0 = _batched_params(m, P * M, cfg.n_flows, cap, init_rate_frac)
+    keys = jnp.tile(link_keys, (P, 1))
+    for start in range(0, N, P):
+        real = list(range(start, min(start + P, N)))
+        idx = real + [real[-1]] * (P - len(real))  # padding: copies of the last, dropped
+        w_links = np.repeat(W[idx], M, axis=0)  # (P * M, 3)
+        pref = jnp.asarray(np.broadcast_to(w_links[:, None, :], (P * M, cfg.n_flows, 3)),
+                           jnp.float32)
+        res, c = _run_cached(cfg, m.controller, timeline, batch, params0.replace(pref=pref),
+                             keys)
+        out.programs += 1
+        out.compile_s += c
+        out.run_s += res.wall_s
+        for j, p in enumerate(real):
+            for i in range(M):
+                row = _link_row(res, j * M + i, W[p])
+                out.rows.append({"pref": p, "w_thr": float(W[p][0]), "w_lat": float(W[p][1]),
+                                 "w_loss": float(W[p][2]), "link": i, **row, **extra(i)})
+    out.simulated = out.programs * P * M
     return out

@@ -13,6 +13,8 @@
   guarantee.
 * ``runner``: ``run_sweep``, the loop over groups and batches, divergence detection and
   isolation, progress.
+* ``prefeval``: the finished trials' policies on N uniform preferences x M scenario links, and
+  classic controllers on the same links (MOCC Fig. 6; ``ccjax prefeval``, ``[prefeval]``).
 
 From Python::
 

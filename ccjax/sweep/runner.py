@@ -9,6 +9,9 @@ went non-finite, and its slot is masked (overwritten by a healthy trial's, resul
 while the rest of the batch goes on. A batch whose last slots would be empty is padded with
 copies of its last trial, so every batch of a group reuses one compiled program.
 
+A spec with a ``[prefeval]`` table then evaluates every finished trial on its preference grid
+(``ccjax.sweep.prefeval``; trials already evaluated are skipped).
+
 With ``sweep.eval_every`` > 0 the trials are also evaluated every that many iterations, and each
 trial's best evaluated state is what its checkpoint and exported policy hold (as
 ``ccjax train``'s ``policy/`` does); otherwise the final state is. A trial on a landmark schedule
@@ -100,6 +103,10 @@ def run_sweep(spec: SweepSpec | str | os.PathLike[str], out: str | os.PathLike[s
     summary = {"out": str(out), "name": spec.name, "trials": len(spec.trials), **counts,
                "wall_s": round(time.perf_counter() - t_start, 3), "batches": batches,
                "backend": jax.default_backend(), "machine": platform.platform()}
+    if spec.prefeval is not None and counts["done"]:  # the spec's [prefeval], resumable
+        from ccjax.sweep.prefeval import run_prefeval
+
+        summary["prefeval"] = run_prefeval(out, spec.prefeval, log=say, progress=progress)
     return summary
 
 

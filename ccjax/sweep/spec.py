@@ -28,6 +28,11 @@ A spec names an algorithm preset, base overrides for every trial, and the axes t
     batch = 0                         # trials per compiled batch; 0: from device memory
     eval_every = 0                    # iterations between evaluations (0: only at the end)
 
+    [prefeval]                        # optional: after training, every trial's policy on
+    preferences = 100                 # uniform simplex preferences x scenario links, and
+    links = 10                        # classic controllers on the same links
+    scenario = "mocc-test"            # (keys and defaults: ccjax.sweep.prefeval)
+
 Keys are ``table.key`` of the preset schema (``ccjax.algos.SCHEMA``) or ``seed``. A trial is the
 preset with ``[set]``, then its grid point, then its random sample applied; every value is checked
 by the preset's own schema, so a bad value or unknown key is a one-line ``ConfigError`` naming it,
@@ -74,7 +79,7 @@ DYNAMIC_KEYS = ("seed", "env.preference")
 DISTRIBUTIONS = ("uniform", "log_uniform", "choice")
 SWEEP_KEYS = {"pool_seed": "an integer >= 0", "batch": "an integer >= 0 (0: automatic)",
               "eval_every": "an integer >= 0 (0: evaluate only at the end)"}
-TOP_KEYS = ("name", "description", "algo", "set", "axes", "random", "sweep")
+TOP_KEYS = ("name", "description", "algo", "set", "axes", "random", "sweep", "prefeval")
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,7 @@ class SweepSpec:
     pool_seed: int = 0
     batch: int = 0
     eval_every: int = 0
+    prefeval: Any = None  # ccjax.sweep.prefeval.PrefevalSpec: evaluate after training
     trials: list[Trial] = field(default_factory=list)
 
     def groups(self) -> dict[str, list[Trial]]:
@@ -127,7 +133,8 @@ class SweepSpec:
         return {"name": self.name, "algo": self.algo, "path": self.path, "base": self.base,
                 "grid": self.grid, "random": self.random, "n_random": self.n_random,
                 "random_seed": self.random_seed, "pool_seed": self.pool_seed,
-                "eval_every": self.eval_every, "trials": [t.id for t in self.trials]}
+                "eval_every": self.eval_every, "trials": [t.id for t in self.trials],
+                **({"prefeval": self.prefeval.to_json()} if self.prefeval is not None else {})}
 
 
 def presets_dir() -> Path:
@@ -368,11 +375,16 @@ def spec_from_dict(data: dict[str, Any], where: str = "spec", path: str = "",
                               f"{', '.join(SWEEP_KEYS)}")
         if not (_is_int(v) and v >= 0):
             raise ConfigError(f"sweep.{k}={v!r} is invalid in {where}: {SWEEP_KEYS[k]}")
+    pe = None
+    if "prefeval" in data:  # preference evaluation after training (ccjax.sweep.prefeval)
+        from ccjax.sweep.prefeval import parse_prefeval
+
+        pe = parse_prefeval(data["prefeval"], f"{where} [prefeval]")
     spec = SweepSpec(name=str(data.get("name", Path(path).stem if path else "sweep")),
                      algo=algo, path=path, description=str(data.get("description", "")),
                      base=base, grid=grid, random=dists, n_random=n_rand, random_seed=rseed,
                      pool_seed=sw.get("pool_seed", 0), batch=sw.get("batch", 0),
-                     eval_every=sw.get("eval_every", 0))
+                     eval_every=sw.get("eval_every", 0), prefeval=pe)
     object.__setattr__(spec, "trials", expand(spec, where))
     return spec
 

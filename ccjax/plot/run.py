@@ -6,16 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ccjax.errors import ConfigError
-
-FORMATS = (".png", ".pdf", ".svg")
-
-
-def check_plot_path(path: str | Path) -> Path:
-    p = Path(path)
-    if p.suffix.lower() not in FORMATS:
-        raise ConfigError(f"plot={str(p)!r} is invalid: the file must end in {', '.join(FORMATS)}")
-    return p
+from ccjax.plot.common import check_plot_path
 
 
 def plot_run(summary: dict, path: str | Path, title: str = "") -> Path:

@@ -1,0 +1,13 @@
+"""Figures (matplotlib; PNG, PDF or SVG by the output file's suffix).
+
+* ``run``: one simulation run (``ccjax simulate --plot``);
+* ``pareto``, ``ternary``, ``cdf``, ``curves``: a sweep's results (``ccjax plot ...``), read
+  through ``sweepdata``.
+"""
+
+from __future__ import annotations
+
+from ccjax.plot.common import FORMATS, check_plot_path
+from ccjax.plot.run import plot_run
+
+__all__ = ["FORMATS", "check_plot_path", "plot_run"]

@@ -1,0 +1,50 @@
+"""What every figure shares: the output path check, a style readable in a two-column paper,
+and saving by the file's suffix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ccjax.errors import ConfigError
+
+FORMATS = (".png", ".pdf", ".svg")
+
+#: font sizes for a figure printed about 3.5 to 7 inches wide (a paper's column or page)
+STYLE = {"font.size": 10, "axes.labelsize": 10, "axes.titlesize": 10, "legend.fontsize": 8,
+         "xtick.labelsize": 9, "ytick.labelsize": 9, "axes.grid": True, "grid.alpha": 0.3,
+         "pdf.fonttype": 42, "ps.fonttype": 42}  # TrueType in PDFs: editable, accepted by venues
+
+
+def check_plot_path(path: str | Path) -> Path:
+    p = Path(path)
+    if p.suffix.lower() not in FORMATS:
+        raise ConfigError(f"plot={str(p)!r} is invalid: the file must end in {', '.join(FORMATS)}")
+    return p
+
+
+def pyplot() -> Any:
+    """matplotlib.pyplot on the non-interactive Agg backend (figures go to files)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save(fig: Any, path: str | Path, tight: bool = True) -> Path:
+    """Write ``fig`` as PNG (200 dpi), PDF or SVG by the suffix, creating the directory, and
+    close it. ``tight``: crop to what is drawn (legends outside the axes included)."""
+    plt = pyplot()
+    p = check_plot_path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(p, dpi=200, bbox_inches="tight" if tight else None)
+    plt.close(fig)
+    return p
+
+
+def legend_texts(legend: Any) -> list[str]:
+    """A legend's title (when it has one) and entries, as drawn."""
+    title = legend.get_title().get_text()
+    return ([title] if title else []) + [t.get_text() for t in legend.get_texts()]
