@@ -104,6 +104,38 @@ def prefeval_table(d: Path, rows: list[dict]) -> list[str]:
     return out
 
 
+#: regions of the preference simplex: central, and near each corner (one weight >= 0.6)
+REGIONS = (("central (every w < 0.5)", None), ("w_thr >= 0.6", 0), ("w_lat >= 0.6", 1),
+           ("w_loss >= 0.6", 2))
+
+
+def region_table(d: Path, rows: list[dict]) -> list[str]:
+    """Median (10th percentile) reward per region of the simplex: does a coarse landmark grid
+    lose where it has no landmark (near the corners)?"""
+    pe = d / "prefeval"
+    files = [(f"MOCC ω = {r['omega']}", pe / f"{r['id']}.parquet") for r in rows]
+    files += [(p.stem, p) for p in sorted((pe / "classic").glob("*.parquet"))]
+    out, counted = [], False
+    for name, path in files:
+        if not path.is_file():
+            continue
+        t = pq.read_table(path, columns=["pref", "w_thr", "w_lat", "w_loss", "reward"])
+        w = np.stack([np.asarray(t.column(c).to_pylist(), float)
+                      for c in ("w_thr", "w_lat", "w_loss")], 1)
+        r = np.asarray(t.column("reward").to_pylist(), float)
+        pref = np.asarray(t.column("pref").to_pylist())
+        masks = [w.max(1) < 0.5 if k is None else (w[:, k] >= 0.6) for _, k in REGIONS]
+        if not counted:
+            out = ["| method | " + " | ".join(
+                f"{lab} ({len(np.unique(pref[m]))} prefs)" for (lab, _), m in
+                zip(REGIONS, masks, strict=True)) + " |", "|---|" + "---|" * len(REGIONS)]
+            counted = True
+        out.append(f"| {name} | " + " | ".join(
+            f"{np.median(r[m]):.3f} ({np.percentile(r[m], 10):.3f})" if m.any() else ""
+            for m in masks) + " |")
+    return out
+
+
 def _dist_row(name: str, x: np.ndarray) -> str:
     x = x[np.isfinite(x)]
     return (f"| {name} | {x.size} | {np.median(x):.4f} | {np.percentile(x, 10):.4f} | "
@@ -123,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     if (a.sweep_dir / "prefeval" / "spec.json").is_file():
         print("\n### Reward over the preference evaluation\n")
         print("\n".join(prefeval_table(a.sweep_dir, rows)))
+        print("\n### Median (10th percentile) reward by region of the preference simplex\n")
+        print("\n".join(region_table(a.sweep_dir, rows)))
     return 0
 
 

@@ -173,6 +173,26 @@ def test_landmark_trial_equals_the_trial_alone(crashed_and_resumed):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
+def test_prefeval_takes_a_landmark_trained_policy(crashed_and_resumed):
+    """A landmark-trained policy stores no preference (as `ccjax train` exports it); the
+    preference evaluation runs it at each of its preferences. Settings as tests/test_plots.py's
+    (4 preferences x 2 fluid links of 2 s), so the compiled program is shared."""
+    from ccjax.sweep.prefeval import parse_prefeval, preference_set, read_results, run_prefeval
+
+    k = crashed_and_resumed
+    tid = next(t.id for t in k["spec"].trials if t.cfg.train["landmarks_step"] == 0.25)
+    spec = parse_prefeval({"preferences": 4, "links": 2, "duration_s": 2.0, "model": "fluid",
+                           "classic": []})
+    out = run_prefeval(k["out"], spec, trials=[tid])
+    assert out["trials_evaluated"] == [tid]
+    _, trials, _ = read_results(k["out"])
+    rows = trials[tid]
+    np.testing.assert_allclose(np.unique(np.stack([rows["w_thr"], rows["w_lat"],
+                                                   rows["w_loss"]], 1), axis=0),
+                               np.unique(preference_set(4, 0), axis=0), atol=1e-9)
+    assert len(rows["reward"]) == 8 and np.all(np.isfinite(rows["reward"]))
+
+
 def test_results_show_iter_99(crashed_and_resumed):
     rows = results(crashed_and_resumed["out"], sort="train.landmarks_step")
     assert [r["train.landmarks_step"] for r in rows] == [0.25, 0.25, 1 / 3, 1 / 3]

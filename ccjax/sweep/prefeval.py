@@ -319,7 +319,10 @@ def run_prefeval(sweep_dir: str | os.PathLike[str], spec: PrefevalSpec | None = 
                     method = resolve_method(name, kind="controller")
                     path = pdir / "classic" / f"{name}.parquet"
                 else:
-                    method = resolve_method(d / "trials" / name / "policy", kind="policy")
+                    # every row sets its own preference; W[0] only stands in for a policy
+                    # trained on landmarks, which stores none (as `ccjax train` exports it)
+                    method = resolve_method(d / "trials" / name / "policy", W[0],
+                                            kind="policy")
                     path = pdir / f"{name}.parquet"
                 grid = evaluate_preferences(method, W, **kw)
                 write_curve(path, _rows(grid, name))
