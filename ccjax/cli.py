@@ -422,6 +422,15 @@ def _add_sweep(sub) -> None:
                    help="override a value for every trial, on top of the spec's [set] (e.g. "
                    "--set train.iters=20); repeatable")
     p.add_argument("--resume", action="store_true", help="continue the sweep in --out")
+    p.add_argument("--backend", default="local", help="local (default: the batches run here, "
+                   "one after another) or ray (one batch per Ray worker, results recorded "
+                   "here; pip install 'ccjax[ray]')")
+    p.add_argument("--ray-address", help="ray: the cluster to connect to ('auto', HOST:PORT, "
+                   "ray://HOST:PORT); default: start a local Ray instance")
+    p.add_argument("--ray-workers", type=int, help="ray: at most this many workers (default: "
+                   "as many as the cluster holds, one per GPU, else one per --ray-cpus CPUs)")
+    p.add_argument("--ray-cpus", type=float, default=1.0, help="ray: CPUs per worker on a "
+                   "cluster without GPUs (default 1)")
     p.add_argument("--quiet", action="store_true")
     r = sub.add_parser(
         "results", help="print a sweep's ledger",
@@ -441,20 +450,29 @@ def _add_sweep(sub) -> None:
 
 def cmd_sweep(args) -> int:
     from ccjax.sweep import load_spec, run_sweep
-    from ccjax.sweep.runner import default_out
+    from ccjax.sweep.runner import check_backend, default_out
 
     if args.batch is not None and args.batch < 1:
         raise ConfigError(f"batch={args.batch} is invalid: an integer >= 1 (omit it for the "
                           "automatic size)")
-    # every trial validated here, before anything is traced
+    # every trial and the backend's options validated here, before anything is traced
     spec = load_spec(args.spec, dict(args.set or []))
+    check_backend(args.backend, args.ray_address, args.ray_workers, args.ray_cpus)
     out = args.out or str(default_out(spec))
     log = _log(args)
     if log:
         log(f"sweep {spec.name}: {len(spec.trials)} trial(s) in {len(spec.groups())} static "
             f"group(s) -> {out}")
-    summary = run_sweep(spec, out, batch=args.batch, resume=args.resume,
-                        progress=not args.quiet and sys.stderr.isatty(), log=log)
+    from ccjax.sweep.ray_backend import SweepWorkerError  # imports nothing from Ray
+
+    try:
+        summary = run_sweep(spec, out, batch=args.batch, resume=args.resume,
+                            progress=not args.quiet and sys.stderr.isatty(), log=log,
+                            backend=args.backend, ray_address=args.ray_address,
+                            ray_workers=args.ray_workers, ray_cpus=args.ray_cpus)
+    except SweepWorkerError as e:  # not a usage error: the sweep started and can be resumed
+        print(f"ccjax: error: {e}", file=sys.stderr)
+        return 1
     print(f"{summary['done']} done, {summary['failed']} failed, {summary['pending']} pending "
           f"of {summary['trials']} trials in {summary['wall_s']:.1f} s "
           f"({len(summary['batches'])} batch(es) run now); `ccjax results {out}` shows them")

@@ -1,0 +1,305 @@
+"""``--backend ray``: a sweep's batches on a local two-worker Ray instance, recorded by the
+driver into the same store as the local backend, with the same numbers; a driver killed
+mid-sweep resumed; Ray optional (a one-line error without it, nothing imported by the default
+backend); no Ray process left behind."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from ccjax.cli import main
+from ccjax.errors import ConfigError
+from ccjax.sweep import Ledger, load_spec, load_trial, read_curve, run_sweep
+
+from .test_sweep import _write_spec
+
+#: the sweep of test_sweep's kill test (same shapes, so a full test run compiles nothing new):
+#: seed 0, 1 x lr 1e-3 and an lr that diverges, batches of 2, evaluated after 2 and 4 iterations
+AXES = {"seed": [0, 1], "hyper.lr": [1e-3, 1e30]}
+SWEEP = {"eval_every": 2}
+
+_DRIVER = textwrap.dedent("""
+    import os, signal, sys
+    from ccjax.sweep import run_sweep
+
+    def kill_when_a_batch_is_recorded(event, ids):
+        if event == "end":  # the other batch is still on its worker: a hard kill now
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    run_sweep(sys.argv[1], sys.argv[2], batch=2, backend="ray", ray_address=sys.argv[3],
+              callback=kill_when_a_batch_is_recorded)
+""")
+
+
+
+def _cache_env() -> dict[str, str]:
+    """The workers and the driver process share this session's compilation cache
+    (tests/conftest.py)."""
+    return {"JAX_COMPILATION_CACHE_DIR": jax.config.jax_compilation_cache_dir,
+            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
+            "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
+def _ray_processes() -> set[int]:
+    """Live processes descending from this one whose command line is Ray's (GCS, raylet,
+    workers, monitors); zombies excluded."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parent[int(d.name)] = int(fields[1])
+    kids, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - kids
+        kids |= frontier
+    out = set()
+    for pid in kids:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "/ray/" in cmd or cmd.startswith("ray::"):
+            out.add(pid)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A local Ray instance with two one-CPU workers' room, shut down after the module."""
+    import ray
+
+    cache = _cache_env()
+    saved = {k: os.environ.get(k) for k in cache}
+    os.environ.update(cache)  # the raylet, and so every worker, inherits them
+    ctx = ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                   logging_level=logging.WARNING)
+    try:
+        yield ctx.address_info["address"]
+    finally:
+        ray.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory):
+    """The spec run by the local backend with Ray unimportable (before any Ray instance
+    starts): the default backend needs nothing from Ray."""
+    d = tmp_path_factory.mktemp("raysweep")
+    spec_path = _write_spec(d / "tiny.toml", AXES, SWEEP)
+    saved = sys.modules.get("ray")
+    sys.modules["ray"] = None  # `import ray` raises ImportError
+    try:
+        summary = run_sweep(spec_path, d / "local", batch=2)
+    finally:
+        if saved is None:
+            del sys.modules["ray"]
+        else:
+            sys.modules["ray"] = saved
+    return d, spec_path, summary
+
+
+@pytest.fixture(scope="module")
+def sweeps(local_sweep, cluster):
+    """The same spec by Ray: a driver process SIGKILLed once its first batch is recorded,
+    then resumed here on the same cluster."""
+    d, spec_path, local = local_sweep
+    env = {**os.environ, **_cache_env()}
+    (d / "driver.py").write_text(_DRIVER)
+    p = subprocess.run([sys.executable, str(d / "driver.py"), str(spec_path), str(d / "ray"),
+                        cluster], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == -signal.SIGKILL, p.stderr[-3000:]
+    killed = _rows(d / "ray")
+    resumed = run_sweep(spec_path, d / "ray", batch=2, resume=True, backend="ray")
+    return dict(spec=load_spec(spec_path), dir=d, local=local, killed=killed,
+                resumed=resumed, final=_rows(d / "ray"), local_rows=_rows(d / "local"))
+
+
+def _rows(out: Path) -> dict[str, dict]:
+    led = Ledger(out)
+    try:
+        return {r["id"]: r for r in led.rows()}
+    finally:
+        led.close()
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+@pytest.mark.slow
+def test_ray_records_each_trial_once_with_the_local_numbers(sweeps):
+    d, spec, final, local = sweeps["dir"], sweeps["spec"], sweeps["final"], sweeps["local_rows"]
+    ids = [t.id for t in spec.trials]
+    assert sorted(final) == sorted(ids) and len(final) == 4  # each trial exactly once
+    assert sweeps["resumed"]["executor"] == "ray" and sweeps["local"]["executor"] == "local"
+    assert sweeps["resumed"]["backend"] == "cpu" and sweeps["resumed"]["workers"]
+    # the divergence isolation of the local backend: each lr=1e30 trial fails alone
+    for t in spec.trials:
+        row, ref = final[t.id], local[t.id]
+        assert row["status"] == ("failed" if t.cfg.hyper["lr"] > 1 else "done")
+        # the same compiled program on the same inputs and keys: the same numbers, exactly
+        for col in ("status", "reason", "iterations", "reward", "utilization", "latency_ratio",
+                    "loss_rate", "train_reward", "best_reward", "best_iteration", "batch_size"):
+            assert row[col] == ref[col], col
+        assert json.loads(row["metrics"]) == json.loads(ref["metrics"])
+        a = read_curve(d / "ray" / "curves" / f"{t.id}.parquet")
+        b = read_curve(d / "local" / "curves" / f"{t.id}.parquet")
+        assert len(a) == len(b) == (4 if row["status"] == "done" else 2)  # chunks of 2
+        for ra, rb in zip(a, b, strict=True):
+            assert ra.keys() == rb.keys()
+            assert all(_same(ra[k], rb[k]) for k in ra if k != "wall_s"), (ra, rb)
+        tdir = d / "ray" / "trials" / t.id
+        if row["status"] == "done":
+            # the worker's checkpoint and policy, written here by the driver
+            assert sorted(p.name for p in tdir.iterdir()) == ["checkpoint", "policy"]
+            pa = np.load(tdir / "policy" / "policy.npz")
+            pb = np.load(d / "local" / "trials" / t.id / "policy" / "policy.npz")
+            assert sorted(pa.files) == sorted(pb.files)
+            for k in pa.files:
+                np.testing.assert_array_equal(pa[k], pb[k])
+            assert (json.loads((tdir / "policy" / "policy.json").read_text())
+                    == json.loads((d / "local" / "trials" / t.id / "policy" / "policy.json")
+                                  .read_text()))
+            _, sa, prog = load_trial(d / "ray", t.id)
+            _, sb, _ = load_trial(d / "local", t.id)
+            assert prog["trial"] == t.id and prog["best_iteration"] == row["best_iteration"]
+            for x, y in zip(jax.tree.leaves(sa), jax.tree.leaves(sb), strict=True):
+                np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        else:
+            assert not tdir.exists()  # a failed trial has no model
+    names = sorted(p.name for p in (d / "ray" / "curves").iterdir())
+    assert names == sorted(f"{i}.parquet" for i in ids)  # no temporary file left
+
+
+@pytest.mark.slow
+def test_killed_ray_driver_resumes_each_trial_once(sweeps):
+    spec, killed, final = sweeps["spec"], sweeps["killed"], sweeps["final"]
+    batches = [[t.id for t in spec.trials[:2]], [t.id for t in spec.trials[2:]]]
+    # at the kill: one batch recorded (a done and a failed trial), the other sent and running
+    ended = [b for b in batches if killed[b[0]]["status"] != "running"]
+    running = [b for b in batches if killed[b[0]]["status"] == "running"]
+    assert len(ended) == 1 and len(running) == 1, {i: r["status"] for i, r in killed.items()}
+    assert sorted(killed[i]["status"] for i in ended[0]) == ["done", "failed"]
+    assert [killed[i]["status"] for i in running[0]] == ["running", "running"]
+    for i in ended[0]:  # not rerun
+        assert final[i]["attempts"] == 1
+        assert (final[i]["started"], final[i]["ended"]) == (killed[i]["started"],
+                                                            killed[i]["ended"])
+    for i in running[0]:  # rerun once, by the resumed driver
+        assert final[i]["attempts"] == 2 and final[i]["started"] > killed[i]["started"]
+        assert final[i]["status"] in ("done", "failed")
+    assert [b["trials"] for b in sweeps["resumed"]["batches"]] == [2]
+    # nothing left: another resume sends no batch to Ray and changes no row
+    again = run_sweep(spec, sweeps["dir"] / "ray", resume=True, backend="ray")
+    assert again["batches"] == [] and again["done"] == 2 and again["failed"] == 2
+    assert _rows(sweeps["dir"] / "ray") == final
+
+
+def test_ray_missing_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    import ccjax.sweep.ray_backend
+
+    spec_path = _write_spec(tmp_path / "tiny.toml", AXES, SWEEP)
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
+    # the module imports without Ray (a fresh copy, loaded beside the imported one)
+    where = importlib.util.spec_from_file_location("_rb_without_ray",
+                                                   ccjax.sweep.ray_backend.__file__)
+    rb = importlib.util.module_from_spec(where)
+    where.loader.exec_module(rb)
+    with pytest.raises(ConfigError) as e:
+        rb.require_ray()
+    assert "pip install 'ccjax[ray]'" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ConfigError, match=r"ccjax\[ray\]"):
+        run_sweep(spec_path, tmp_path / "out", backend="ray")
+    assert main(["sweep", str(spec_path), "--out", str(tmp_path / "out"), "--backend",
+                 "ray"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pip install 'ccjax[ray]'" in err
+    assert not (tmp_path / "out").exists()  # refused before the sweep directory was made
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--backend", "dask"], "backend='dask' is invalid: one of local, ray"),
+    (["--ray-address", "auto"], "ray_address='auto' is invalid without backend='ray'"),
+    (["--backend", "ray", "--ray-workers", "0"], "ray_workers=0 is invalid"),
+    (["--backend", "ray", "--ray-cpus", "0"], "ray_cpus=0.0 is invalid"),
+    (["--backend", "ray", "--ray-cpus", "nan"], "ray_cpus=nan is invalid"),
+])
+def test_backend_options_are_checked_first(tmp_path, capsys, argv, msg):
+    spec_path = _write_spec(tmp_path / "tiny.toml", AXES, SWEEP)
+    assert main(["sweep", str(spec_path), "--out", str(tmp_path / "out"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and msg in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_worker_resources_one_gpu_each_else_cpus():
+    from ccjax.sweep.ray_backend import worker_options
+
+    assert worker_options({"CPU": 16.0, "GPU": 4.0}, 1.0)[:2] == ({"num_gpus": 1}, 4)
+    assert worker_options({"CPU": 16.0}, 1.0)[:2] == ({"num_cpus": 1.0}, 16)
+    assert worker_options({"CPU": 16.0}, 3.0)[:2] == ({"num_cpus": 3.0}, 5)
+    with pytest.raises(ConfigError, match="too few for one worker"):
+        worker_options({"CPU": 2.0}, 4.0)
+
+
+def test_model_files_round_trip_and_stay_inside(tmp_path):
+    from ccjax.sweep.record import pack_dir, write_model_files
+
+    src = tmp_path / "src"
+    (src / "checkpoint" / "1" / "state").mkdir(parents=True)
+    (src / "checkpoint" / "1" / "state" / "data").write_bytes(b"\x00\x01")
+    (src / "checkpoint" / "empty").mkdir()
+    (src / "policy").mkdir()
+    (src / "policy" / "policy.json").write_text("{}")
+    files = pack_dir(src)
+    assert files == {"checkpoint/1/state/data": b"\x00\x01", "checkpoint/empty/": b"",
+                     "policy/policy.json": b"{}"}
+    dest = tmp_path / "trial"
+    (dest / "policy").mkdir(parents=True)
+    (dest / "policy" / "stale.npz").write_bytes(b"old")  # what a killed run left: replaced
+    write_model_files(dest, files)
+    assert pack_dir(dest) == files
+    assert sorted(p.name for p in dest.iterdir()) == ["checkpoint", "policy"]
+    for bad in ("../x", "/etc/x", "other/x", "policy/../../x"):
+        with pytest.raises(ValueError, match="is invalid"):
+            write_model_files(dest, {bad: b""})
+
+
+@pytest.mark.slow
+def test_no_ray_process_left_behind(cluster, sweeps):
+    """Last in the module: shutting the instance down leaves none of its processes (GCS,
+    raylet, workers, the killed driver's workers included)."""
+    import ray
+
+    procs = _ray_processes()
+    assert len(procs) >= 2  # at least the GCS and the raylet, started by this process
+    ray.shutdown()
+    deadline = time.monotonic() + 20
+    while (left := procs & _ray_processes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left
