@@ -5,6 +5,8 @@ backend); no Ray process left behind."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import math
@@ -103,27 +105,33 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def local_sweep(tmp_path_factory):
-    """The spec run by the local backend with Ray unimportable (before any Ray instance
-    starts): the default backend needs nothing from Ray."""
+    """``ccjax bench sweep`` on the spec, its sweep directories kept: the vmapped side (batches
+    of 2) is the local backend's reference for Ray, the other side runs each trial alone. Run
+    with Ray unimportable, before any Ray instance starts: the default backend needs nothing
+    from Ray."""
     d = tmp_path_factory.mktemp("raysweep")
     spec_path = _write_spec(d / "tiny.toml", AXES, SWEEP)
     saved = sys.modules.get("ray")
     sys.modules["ray"] = None  # `import ray` raises ImportError
+    out = io.StringIO()
     try:
-        summary = run_sweep(spec_path, d / "local", batch=2)
+        with contextlib.redirect_stdout(out):
+            code = main(["bench", "sweep", "--spec", str(spec_path), "--trials", "4", "--iters",
+                         "4", "--batch", "2", "--keep", str(d / "bench"), "--json"])
     finally:
         if saved is None:
             del sys.modules["ray"]
         else:
             sys.modules["ray"] = saved
-    return d, spec_path, summary
+    assert code == 0
+    return d, spec_path, json.loads(out.getvalue())
 
 
 @pytest.fixture(scope="module")
 def sweeps(local_sweep, cluster):
     """The same spec by Ray: a driver process SIGKILLed once its first batch is recorded,
     then resumed here on the same cluster."""
-    d, spec_path, local = local_sweep
+    d, spec_path, bench = local_sweep
     env = {**os.environ, **_cache_env()}
     (d / "driver.py").write_text(_DRIVER)
     p = subprocess.run([sys.executable, str(d / "driver.py"), str(spec_path), str(d / "ray"),
@@ -131,8 +139,9 @@ def sweeps(local_sweep, cluster):
     assert p.returncode == -signal.SIGKILL, p.stderr[-3000:]
     killed = _rows(d / "ray")
     resumed = run_sweep(spec_path, d / "ray", batch=2, resume=True, backend="ray")
-    return dict(spec=load_spec(spec_path), dir=d, local=local, killed=killed,
-                resumed=resumed, final=_rows(d / "ray"), local_rows=_rows(d / "local"))
+    return dict(spec=load_spec(spec_path), dir=d, bench=bench, killed=killed,
+                resumed=resumed, final=_rows(d / "ray"),
+                local_rows=_rows(d / "bench" / "batched"))
 
 
 def _rows(out: Path) -> dict[str, dict]:
@@ -152,9 +161,10 @@ def _same(a, b) -> bool:
 @pytest.mark.slow
 def test_ray_records_each_trial_once_with_the_local_numbers(sweeps):
     d, spec, final, local = sweeps["dir"], sweeps["spec"], sweeps["final"], sweeps["local_rows"]
+    ref = d / "bench" / "batched"  # the local backend's sweep directory
     ids = [t.id for t in spec.trials]
     assert sorted(final) == sorted(ids) and len(final) == 4  # each trial exactly once
-    assert sweeps["resumed"]["executor"] == "ray" and sweeps["local"]["executor"] == "local"
+    assert sweeps["resumed"]["executor"] == "ray"
     assert sweeps["resumed"]["backend"] == "cpu" and sweeps["resumed"]["workers"]
     # the divergence isolation of the local backend: each lr=1e30 trial fails alone
     for t in spec.trials:
@@ -166,7 +176,7 @@ def test_ray_records_each_trial_once_with_the_local_numbers(sweeps):
             assert row[col] == ref[col], col
         assert json.loads(row["metrics"]) == json.loads(ref["metrics"])
         a = read_curve(d / "ray" / "curves" / f"{t.id}.parquet")
-        b = read_curve(d / "local" / "curves" / f"{t.id}.parquet")
+        b = read_curve(ref / "curves" / f"{t.id}.parquet")
         assert len(a) == len(b) == (4 if row["status"] == "done" else 2)  # chunks of 2
         for ra, rb in zip(a, b, strict=True):
             assert ra.keys() == rb.keys()
@@ -176,15 +186,14 @@ def test_ray_records_each_trial_once_with_the_local_numbers(sweeps):
             # the worker's checkpoint and policy, written here by the driver
             assert sorted(p.name for p in tdir.iterdir()) == ["checkpoint", "policy"]
             pa = np.load(tdir / "policy" / "policy.npz")
-            pb = np.load(d / "local" / "trials" / t.id / "policy" / "policy.npz")
+            pb = np.load(ref / "trials" / t.id / "policy" / "policy.npz")
             assert sorted(pa.files) == sorted(pb.files)
             for k in pa.files:
                 np.testing.assert_array_equal(pa[k], pb[k])
             assert (json.loads((tdir / "policy" / "policy.json").read_text())
-                    == json.loads((d / "local" / "trials" / t.id / "policy" / "policy.json")
-                                  .read_text()))
+                    == json.loads((ref / "trials" / t.id / "policy" / "policy.json").read_text()))
             _, sa, prog = load_trial(d / "ray", t.id)
-            _, sb, _ = load_trial(d / "local", t.id)
+            _, sb, _ = load_trial(ref, t.id)
             assert prog["trial"] == t.id and prog["best_iteration"] == row["best_iteration"]
             for x, y in zip(jax.tree.leaves(sa), jax.tree.leaves(sb), strict=True):
                 np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
@@ -216,6 +225,43 @@ def test_killed_ray_driver_resumes_each_trial_once(sweeps):
     again = run_sweep(spec, sweeps["dir"] / "ray", resume=True, backend="ray")
     assert again["batches"] == [] and again["done"] == 2 and again["failed"] == 2
     assert _rows(sweeps["dir"] / "ray") == final
+
+
+def test_bench_sweep_json(local_sweep):
+    """The bench's JSON (the fixture ran `ccjax bench sweep --json`): both sides trained the
+    same 4 trials through the engine, vmapped in 2 batches of 2 and one at a time in 4."""
+    d, _, out = local_sweep
+    assert (out["trials"], out["iters"], out["n_envs"], out["n_steps"]) == (4, 4, 8, 4)
+    b, s = out["batched"], out["sequential"]
+    assert (b["batch"], b["batches"], s["batch"], s["batches"]) == (2, 2, 1, 4)
+    for side in (b, s):
+        assert (side["done"], side["failed"]) == (2, 2)  # lr=1e30 diverges on both sides
+        for k in ("compile_s", "warmup_s", "run_s", "train_s", "eval_s", "env_steps",
+                  "env_steps_per_s", "train_env_steps_per_s"):
+            assert side[k] > 0, k
+        assert side["compile_in_run_s"] == 0  # the warm-up batch compiled everything
+        assert side["env_steps_per_s"] == pytest.approx(side["env_steps"] / side["run_s"])
+        assert side["train_s"] < side["run_s"]
+    # the same trials: the same transitions up to the batched matmuls' rounding
+    assert s["env_steps"] == pytest.approx(b["env_steps"], rel=0.05)
+    assert out["speedup"] == pytest.approx(s["run_s"] / b["run_s"])
+    assert out["train_speedup"] == pytest.approx(s["train_s"] / b["train_s"])
+    assert len(out["load_before"]) == 3 and out["machine"]["backend"] == "cpu"
+    assert sorted(p.name for p in (d / "bench").iterdir()) == ["batched", "sequential"]
+
+
+def test_bench_sweep_errors_are_one_line(tmp_path, capsys):
+    for argv, msg in ((["--trials", "0"], "trials=0 is invalid"),
+                      (["--trials", "65"], "trials=65 is invalid: ppo-mocc-hparams has 64"),
+                      (["--envs", "1"], "envs=1 is invalid"),
+                      (["--set", "train.iters=5"], "set train.iters is invalid"),
+                      (["--spec", "no-such-sweep"], "no-such-sweep")):
+        assert main(["bench", "sweep", *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and msg in err, err
+    (tmp_path / "x").write_text("")
+    assert main(["bench", "sweep", "--keep", str(tmp_path)]) == 2
+    assert "is invalid: not empty" in capsys.readouterr().err
 
 
 def test_ray_missing_is_a_one_line_error(tmp_path, monkeypatch, capsys):
