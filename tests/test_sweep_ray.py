@@ -161,7 +161,7 @@ def _same(a, b) -> bool:
 @pytest.mark.slow
 def test_ray_records_each_trial_once_with_the_local_numbers(sweeps):
     d, spec, final, local = sweeps["dir"], sweeps["spec"], sweeps["final"], sweeps["local_rows"]
-    ref = d / "bench" / "batched"  # the local backend's sweep directory
+    refdir = d / "bench" / "batched"  # the local backend's sweep directory
     ids = [t.id for t in spec.trials]
     assert sorted(final) == sorted(ids) and len(final) == 4  # each trial exactly once
     assert sweeps["resumed"]["executor"] == "ray"
@@ -176,7 +176,7 @@ def test_ray_records_each_trial_once_with_the_local_numbers(sweeps):
             assert row[col] == ref[col], col
         assert json.loads(row["metrics"]) == json.loads(ref["metrics"])
         a = read_curve(d / "ray" / "curves" / f"{t.id}.parquet")
-        b = read_curve(ref / "curves" / f"{t.id}.parquet")
+        b = read_curve(refdir / "curves" / f"{t.id}.parquet")
         assert len(a) == len(b) == (4 if row["status"] == "done" else 2)  # chunks of 2
         for ra, rb in zip(a, b, strict=True):
             assert ra.keys() == rb.keys()
@@ -185,15 +185,16 @@ def test_ray_records_each_trial_once_with_the_local_numbers(sweeps):
         if row["status"] == "done":
             # the worker's checkpoint and policy, written here by the driver
             assert sorted(p.name for p in tdir.iterdir()) == ["checkpoint", "policy"]
+            rdir = refdir / "trials" / t.id
             pa = np.load(tdir / "policy" / "policy.npz")
-            pb = np.load(ref / "trials" / t.id / "policy" / "policy.npz")
+            pb = np.load(rdir / "policy" / "policy.npz")
             assert sorted(pa.files) == sorted(pb.files)
             for k in pa.files:
                 np.testing.assert_array_equal(pa[k], pb[k])
             assert (json.loads((tdir / "policy" / "policy.json").read_text())
-                    == json.loads((ref / "trials" / t.id / "policy" / "policy.json").read_text()))
+                    == json.loads((rdir / "policy" / "policy.json").read_text()))
             _, sa, prog = load_trial(d / "ray", t.id)
-            _, sb, _ = load_trial(ref, t.id)
+            _, sb, _ = load_trial(refdir, t.id)
             assert prog["trial"] == t.id and prog["best_iteration"] == row["best_iteration"]
             for x, y in zip(jax.tree.leaves(sa), jax.tree.leaves(sb), strict=True):
                 np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
