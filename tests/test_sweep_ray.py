@@ -337,6 +337,121 @@ def test_model_files_round_trip_and_stay_inside(tmp_path):
             write_model_files(dest, {bad: b""})
 
 
+class _FakeRay:
+    """What ``ray_backend.run`` uses of Ray, in-process: actors run their calls when the driver
+    asks for the result, in submission order; a batch whose label is in ``fail`` raises."""
+
+    def __init__(self, resources: dict, fail: set[str]):
+        self.resources, self.fail, self.killed, self.submitted = resources, fail, [], []
+
+    def is_initialized(self) -> bool:
+        return True
+
+    def cluster_resources(self) -> dict:
+        return self.resources
+
+    def remote(self, **_):
+        fake = self
+
+        class Worker:
+            def __init__(self, pool_seed):
+                self.plan = _Method(lambda gid, cfg, n, req: (req, {"rule": "requested",
+                                                                   "batch": req}, 0.0))
+                self.describe = _Method(lambda: {"host": "fake", "backend": "cpu"})
+                self.run = _Method(self._run)
+
+            def _run(self, gid, trials, size, label, every):
+                fake.submitted.append(label)
+                if label in fake.fail:
+                    raise RuntimeError(f"{label} broke\nsecond line")
+                from ccjax.sweep.record import make_outcome
+
+                outs = [make_outcome(t.id, "done", [{"iteration": 1, "reward": 0.5}], [], None,
+                                     1, {"reward": 0.5, "iterations": 1}, {"train_s": 1.0})
+                        for t in trials]
+                return {"outcomes": outs, "rec": {"batch": label, "trials": len(trials)},
+                        "log": [f"batch {label} ran"]}
+
+        class Handle:
+            def __init__(self, opts=None):
+                self.opts = opts
+
+            def options(self, **opts):
+                return Handle(opts)
+
+            def remote(self, pool_seed):
+                w = Worker(pool_seed)
+                w.opts = self.opts
+                return w
+
+        return lambda cls: Handle()
+
+    def wait(self, refs, num_returns=1):
+        return refs[:num_returns], refs[num_returns:]
+
+    def get(self, ref):
+        return [r() for r in ref] if isinstance(ref, list) else ref()
+
+    def kill(self, actor):
+        self.killed.append(actor)
+
+    def shutdown(self):
+        raise AssertionError("a connection the caller made is not shut down")
+
+
+class _Method:
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args):
+        return lambda: self.fn(*args)
+
+
+@pytest.mark.parametrize("fail, states", [
+    # the second batch fails while the third, sent after the first came back, is recorded
+    ({"2-of-3"}, ["done", "running", "done"]),
+    # the first fails: nothing more is sent, the batch in flight is still recorded
+    ({"1-of-3"}, ["running", "done", "pending"]),
+    (set(), ["done", "done", "done"]),
+])
+def test_ray_driver_records_what_came_back_and_stops_on_a_failed_batch(tmp_path, monkeypatch,
+                                                                      fail, states):
+    from ccjax.sweep import ray_backend
+    from ccjax.sweep.runner import _Bar
+    from ccjax.sweep.spec import spec_from_dict
+
+    spec = spec_from_dict({"name": "t", "algo": "ppo-mocc", "set": {"train": {
+        "schedule": "fixed", "iters": 2, "n_envs": 8}}, "axes": {"seed": list(range(6))}},
+        "t.toml")
+    (gid, trials), = spec.groups().items()
+    fake = _FakeRay({"CPU": 2.0}, {f"{gid}/{f}" for f in fail})
+    monkeypatch.setattr(ray_backend, "require_ray", lambda: fake)
+    led = Ledger(tmp_path)
+    led.add(spec.trials)
+    events, lines = [], []
+    run = lambda: ray_backend.run(spec, {gid: trials}, 2, led, tmp_path, _Bar(6, False),  # noqa
+                                  lines.append, lambda e, ids: events.append((e, ids)))
+    if fail:
+        with pytest.raises(ray_backend.SweepWorkerError) as e:
+            run()
+        assert f"batch {gid}/{min(fail)} failed on a Ray worker (RuntimeError: " in str(e.value)
+        assert "\n" not in str(e.value) and "--resume" in str(e.value)
+    else:
+        batches, planned, where = run()
+        assert [b["batch"] for b in batches] == [f"{gid}/{i}-of-3" for i in (1, 2, 3)]
+        assert planned[0]["batch"] == 2 and where["backend"] == "cpu"
+    st = led.status()
+    assert [st[t.id] for t in trials[::2]] == states  # per batch of 2
+    assert [st[t.id] for t in trials[1::2]] == states
+    assert len(fake.submitted) == sum(s != "pending" for s in states)
+    assert [e for e, _ in events].count("end") == states.count("done")
+    assert len(fake.killed) == 2  # both workers, whatever happened
+    for t in trials:
+        if st[t.id] == "done":
+            assert read_curve(tmp_path / "curves" / f"{t.id}.parquet")[0]["reward"] == 0.5
+    led.close()
+
+
 @pytest.mark.slow
 def test_no_ray_process_left_behind(cluster, sweeps):
     """Last in the module: shutting the instance down leaves none of its processes (GCS,

@@ -98,6 +98,19 @@ class SweepWorker:
         return {"outcomes": outcomes, "rec": rec, "log": lines}
 
 
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"
+
+
+def _get(ray: Any, refs: Any, doing: str) -> Any:
+    """``ray.get``, a failure named as what the sweep was doing (no trial is running yet)."""
+    try:
+        return ray.get(refs)
+    except Exception as e:  # noqa: BLE001 - a worker that cannot start or plan
+        raise SweepWorkerError(f"{doing} failed on a Ray worker ({_first_line(e)}); is ccjax "
+                               "installed on every node?") from e
+
+
 def _connect(ray: Any, address: str | None) -> bool:
     """Connect to ``address``, or start a local instance; reuse a connection the caller made.
     True if this call started it (and so must shut it down)."""
@@ -157,8 +170,8 @@ def run(spec: Any, pending: dict[str, list[Any]], requested: int | None, ledger:
         planned: list[dict[str, Any]] = []
         order = list(spec.groups())
         for gid, trials in pending.items():
-            size, how, compile_s = ray.get(actors[0].plan.remote(gid, trials[0].cfg,
-                                                                 len(trials), requested))
+            size, how, compile_s = _get(ray, actors[0].plan.remote(
+                gid, trials[0].cfg, len(trials), requested), f"planning group {gid}")
             say(plan_line(gid, order.index(gid), len(order), len(trials), size, how))
             queue += [(gid, label, part, size) for label, part in cut_batches(gid, trials, size)]
             planned.append({"group": gid, "trials": len(trials), "batch": size, "plan": how,
@@ -167,7 +180,7 @@ def run(spec: Any, pending: dict[str, list[Any]], requested: int | None, ledger:
         for a in actors[n_workers:]:
             ray.kill(a)
         actors = actors[:n_workers]
-        infos = ray.get([a.describe.remote() for a in actors])
+        infos = _get(ray, [a.describe.remote() for a in actors], "starting the workers")
         hosts = sorted({i["host"] for i in infos})
         backend = infos[0]["backend"]
         say(f"ray: {len(queue)} batch(es) on {n_workers} worker(s), {each} "
@@ -205,10 +218,9 @@ def run(spec: Any, pending: dict[str, list[Any]], requested: int | None, ledger:
             idle.append(a)
         if errors:
             label, e = errors[0]
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise SweepWorkerError(
-                f"batch {label} failed on a Ray worker ({type(e).__name__}: {first}); its "
-                "trials stay 'running' and train again on --resume") from e
+                f"batch {label} failed on a Ray worker ({_first_line(e)}); its trials stay "
+                "'running' and train again on --resume") from e
         return batches, planned, {"backend": backend, "machine": f"ray cluster: {n_workers} "
                                   f"worker(s), {each}, on {', '.join(hosts)}",
                                   "workers": infos}
