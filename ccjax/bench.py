@@ -158,3 +158,107 @@ def bench_train(algo: str = "ppo-mocc", n_envs: int = 1024, iters: int = 20,
             "env_steps_per_s": valid / wall, "valid_frac": valid / (n_envs * n_steps * iters),
             "devices_used": len(jax.devices()) if shard and env_mesh(n_envs) else 1,
             "machine": _machine()}
+
+
+def bench_sweep(spec: str = "ppo-mocc-hparams", trials: int = 64, iters: int = 10,
+                envs: int | None = None, batch: int | None = None,
+                overrides: dict | None = None, keep: str | None = None) -> dict:
+    """The first ``trials`` trials of a sweep spec trained twice through the sweep engine
+    (``Group`` programs and ``runner.run_batch``, recorded into a sweep directory as the local
+    backend does): as vmapped batches (``batch`` trials each; default the spec's, else from
+    device memory) and one after another (batch size 1: each trial alone, its program
+    compiled once and reused). Every trial is ``iters`` iterations (and ``envs``
+    environments, if given) and ends with its evaluation and checkpoint, as in a sweep.
+
+    Each side first trains its first batch once untimed (results discarded): that compiles
+    every program and pays every other one-time cost (small helper programs, first-use
+    dispatch), so what is timed after it is the steady state. Per side: *compile_s* (the
+    compiled programs, the batch-size probe included), *warmup_s* (the untimed batch's wall,
+    compile included), *run_s* (wall of all its batches after the warm-up: training,
+    divergence checks, evaluation, checkpoints, ledger), *train_s* (the compiled training
+    chunks alone), *env_steps* (completed MIs the learners trained on, from the trials'
+    curves) and the rates. The speed-ups are the one-after-another time over the vmapped one.
+    The two sweep directories go to ``keep`` (``batched/``, ``sequential/``) if given, else to
+    a temporary directory."""
+    import dataclasses
+    import os
+    import tempfile
+    import time
+    from pathlib import Path
+
+    from ccjax.errors import ConfigError
+    from ccjax.sweep import Ledger, load_spec, read_curve
+    from ccjax.sweep.batch import Group
+    from ccjax.sweep.record import record
+    from ccjax.sweep.runner import begin_batch, cut_batches, run_batch
+    from ccjax.train.store import write_json
+
+    for name, v, lo in (("trials", trials, 1), ("iters", iters, 1), ("batch", batch, 1),
+                        ("envs", envs, 2)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
+            raise ConfigError(f"{name}={v!r} is invalid: an integer >= {lo}")
+    for key, flag in (("train.iters", "iters"), ("train.n_envs", "envs")):
+        if key in (overrides or {}) and (key == "train.iters" or envs is not None):
+            raise ConfigError(f"set {key} is invalid for bench sweep: give it as {flag}")
+    ov = {**(overrides or {}), "train.iters": iters}
+    if envs is not None:
+        ov["train.n_envs"] = envs
+    full = load_spec(spec, ov)  # every trial validated before anything is traced
+    if trials > len(full.trials):
+        raise ConfigError(f"trials={trials} is invalid: {full.name} has {len(full.trials)} "
+                          "trials")
+    sub = dataclasses.replace(full, trials=full.trials[:trials])
+    groups = sub.groups()
+    if len(groups) != 1:
+        raise ConfigError(f"spec={spec!r} is invalid for bench sweep: its first {trials} "
+                          f"trials form {len(groups)} static groups; the bench compares "
+                          "the batches of one group")
+    if keep is not None and Path(keep).exists() and any(Path(keep).iterdir()):
+        raise ConfigError(f"keep={keep!r} is invalid: not empty")
+    (gid, todo), = groups.items()
+    cfg = todo[0].cfg
+    n_envs, n_steps = cfg.train["n_envs"], cfg.train.get("n_steps", 32)
+    load_before = os.getloadavg()
+
+    def side(out: Path, requested: int | None) -> dict:
+        group = Group(cfg, sub.pool_seed)
+        size, _ = group.plan_batch(len(todo), requested)
+        batches = cut_batches(gid, todo, size)
+        t0 = time.perf_counter()
+        run_batch(group, batches[0][1], size, "warm-up", sub.eval_every, lambda o: None)
+        warmup_s = time.perf_counter() - t0
+        out.mkdir(parents=True)
+        ledger = Ledger(out)
+        ledger.set_meta("spec", sub.to_json())
+        write_json(out / "sweep.json", sub.to_json())
+        ledger.add(todo)
+        recs = []
+        t0 = time.perf_counter()
+        for label, part in batches:
+            begin_batch(ledger, part, label, None)
+            recs.append(run_batch(group, part, size, label, sub.eval_every,
+                                  lambda o: record(ledger, out, o)))
+        run_s = time.perf_counter() - t0
+        counts = ledger.counts()
+        ledger.close()
+        rows = [r for t in todo for r in read_curve(out / "curves" / f"{t.id}.parquet")]
+        steps = sum(r["valid_frac"] for r in rows) * n_envs * n_steps
+        train_s = sum(x["train_s"] for x in recs)
+        return {"batch": size, "batches": len(batches), "done": counts["done"],
+                "failed": counts["failed"], "compile_s": group.compile_s,
+                "compile_in_run_s": sum(x["compile_s"] for x in recs), "warmup_s": warmup_s,
+                "run_s": run_s, "train_s": train_s, "eval_s": sum(x["eval_s"] for x in recs),
+                "init_s": sum(x["init_s"] for x in recs), "env_steps": steps,
+                "env_steps_per_s": steps / run_s, "train_env_steps_per_s": steps / train_s}
+
+    with tempfile.TemporaryDirectory(prefix="ccjax-bench-sweep-") as tmp:
+        root = Path(keep) if keep is not None else Path(tmp)
+        batched = side(root / "batched", batch or sub.batch or None)
+        sequential = side(root / "sequential", 1)
+    return {"spec": sub.name, "algo": cfg.name, "scenario": cfg.env.get("scenario"),
+            "trials": trials, "iters": iters, "n_envs": n_envs, "n_steps": n_steps,
+            "batched": batched, "sequential": sequential,
+            "speedup": sequential["run_s"] / batched["run_s"],
+            "train_speedup": sequential["train_s"] / batched["train_s"],
+            "load_before": list(load_before), "load_after": list(os.getloadavg()),
+            "machine": _machine()}

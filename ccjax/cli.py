@@ -169,13 +169,51 @@ def cmd_bench_train(args) -> int:
     return 0
 
 
+def cmd_bench_sweep(args) -> int:
+    from ccjax.bench import bench_sweep
+
+    out = bench_sweep(args.spec, trials=args.trials, iters=args.iters, envs=args.envs,
+                      batch=args.batch, overrides=dict(args.set or []), keep=args.keep)
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    m = out["machine"]
+    t = Table(title=f"ccjax bench sweep: {out['trials']} trials of {out['spec']} ({out['algo']} "
+              f"on {out['scenario']}, {out['n_envs']} envs x {out['n_steps']} steps, "
+              f"{out['iters']} iterations each) on {m['platform']}, {m['backend']}",
+              title_justify="left")
+    for col in ("trials run", "batches", "compile s", "warm-up s", "run s", "train s", "eval s",
+                "env-steps/s", "train env-steps/s"):
+        t.add_column(col, justify="right")
+    for key, label in (("batched", "vmapped, {b} per batch"), ("sequential", "one at a time")):
+        r = out[key]
+        t.add_row(label.format(b=r["batch"]), str(r["batches"]), f"{r['compile_s']:.1f}",
+                  f"{r['warmup_s']:.1f}", f"{r['run_s']:.1f}", f"{r['train_s']:.1f}",
+                  f"{r['eval_s']:.1f}", f"{r['env_steps_per_s']:,.0f}",
+                  f"{r['train_env_steps_per_s']:,.0f}")
+    con = Console(width=None if sys.stdout.isatty() else 130)
+    con.print(t)
+    con.print("run s: every batch after one untimed warm-up batch (compiles, first use); "
+              "env-steps: completed MIs trained on")
+    con.print(f"speed-up, one at a time / vmapped: {out['speedup']:.1f}x in run time, "
+              f"{out['train_speedup']:.1f}x in the training program alone; "
+              f"load average {out['load_before'][0]:.2f} before, {out['load_after'][0]:.2f} after")
+    return 0
+
+
 def cmd_bench(args) -> int:
     from ccjax.bench import bench_sim
 
     if args.what == "train":
         return cmd_bench_train(args)
+    if args.what == "sweep":
+        return cmd_bench_sweep(args)
     if args.what != "sim":
-        raise ConfigError(f"bench={args.what!r} is invalid: known benchmarks are sim, train")
+        raise ConfigError(f"bench={args.what!r} is invalid: known benchmarks are sim, train, "
+                          "sweep")
     args.batches = args.batches or [1, 64, 1024, 8192]
     for b in args.batches:
         if b < 1:
@@ -422,6 +460,15 @@ def _add_sweep(sub) -> None:
                    help="override a value for every trial, on top of the spec's [set] (e.g. "
                    "--set train.iters=20); repeatable")
     p.add_argument("--resume", action="store_true", help="continue the sweep in --out")
+    p.add_argument("--backend", default="local", help="local (default: the batches run here, "
+                   "one after another) or ray (one batch per Ray worker, results recorded "
+                   "here; pip install 'ccjax[ray]')")
+    p.add_argument("--ray-address", help="ray: the cluster to connect to ('auto', HOST:PORT, "
+                   "ray://HOST:PORT); default: start a local Ray instance")
+    p.add_argument("--ray-workers", type=int, help="ray: at most this many workers (default: "
+                   "as many as the cluster holds, one per GPU, else one per --ray-cpus CPUs)")
+    p.add_argument("--ray-cpus", type=float, default=1.0, help="ray: CPUs per worker on a "
+                   "cluster without GPUs (default 1)")
     p.add_argument("--quiet", action="store_true")
     r = sub.add_parser(
         "results", help="print a sweep's ledger",
@@ -441,20 +488,29 @@ def _add_sweep(sub) -> None:
 
 def cmd_sweep(args) -> int:
     from ccjax.sweep import load_spec, run_sweep
-    from ccjax.sweep.runner import default_out
+    from ccjax.sweep.runner import check_backend, default_out
 
     if args.batch is not None and args.batch < 1:
         raise ConfigError(f"batch={args.batch} is invalid: an integer >= 1 (omit it for the "
                           "automatic size)")
-    # every trial validated here, before anything is traced
+    # every trial and the backend's options validated here, before anything is traced
     spec = load_spec(args.spec, dict(args.set or []))
+    check_backend(args.backend, args.ray_address, args.ray_workers, args.ray_cpus)
     out = args.out or str(default_out(spec))
     log = _log(args)
     if log:
         log(f"sweep {spec.name}: {len(spec.trials)} trial(s) in {len(spec.groups())} static "
             f"group(s) -> {out}")
-    summary = run_sweep(spec, out, batch=args.batch, resume=args.resume,
-                        progress=not args.quiet and sys.stderr.isatty(), log=log)
+    from ccjax.sweep.ray_backend import SweepWorkerError  # imports nothing from Ray
+
+    try:
+        summary = run_sweep(spec, out, batch=args.batch, resume=args.resume,
+                            progress=not args.quiet and sys.stderr.isatty(), log=log,
+                            backend=args.backend, ray_address=args.ray_address,
+                            ray_workers=args.ray_workers, ray_cpus=args.ray_cpus)
+    except SweepWorkerError as e:  # not a usage error: the sweep started and can be resumed
+        print(f"ccjax: error: {e}", file=sys.stderr)
+        return 1
     print(f"{summary['done']} done, {summary['failed']} failed, {summary['pending']} pending "
           f"of {summary['trials']} trials in {summary['wall_s']:.1f} s "
           f"({len(summary['batches'])} batch(es) run now); `ccjax results {out}` shows them")
@@ -583,12 +639,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_simulate(sub)
     b = sub.add_parser("bench", help="measure speed (compile time reported separately)")
-    b.add_argument("what", help="what to benchmark: sim | train")
+    b.add_argument("what", help="what to benchmark: sim | train | sweep")
     b.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")],
                    default=None, help="sim: link batch sizes (default 1,64,1024,8192); train: "
                    "parallel environments (default 1024)")
     b.add_argument("--algo", default="ppo-mocc", help="train: algorithm preset")
-    b.add_argument("--iters", type=int, default=10, help="train: iterations timed")
+    b.add_argument("--iters", type=int, default=10, help="train: iterations timed; sweep: "
+                   "iterations per trial (default 10)")
     b.add_argument("--shard", action="store_true",
                    help="train: split the environments over all devices (default: one device)")
     b.add_argument("--models", type=_names, default=["fluid", "packet"])
@@ -601,6 +658,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip timing ns-3 on the CUBIC dumbbell (needs libns3-dev)")
     b.add_argument("--ns3-duration-s", type=float, default=30.0,
                    help="simulated seconds of the ns-3 run (default 30)")
+    b.add_argument("--spec", default="ppo-mocc-hparams",
+                   help="sweep: the sweep spec (name or path; default ppo-mocc-hparams)")
+    b.add_argument("--trials", type=int, default=64,
+                   help="sweep: the spec's first N trials (default 64)")
+    b.add_argument("--envs", type=int, help="sweep: environments per trial (default: the "
+                   "spec's)")
+    b.add_argument("--batch", type=int, help="sweep: trials per vmapped batch (default: the "
+                   "spec's sweep.batch, else from device memory)")
+    b.add_argument("--set", type=_set_value, action="append", metavar="TABLE.KEY=VALUE",
+                   help="sweep: override a value for every trial; repeatable")
+    b.add_argument("--keep", help="sweep: keep both sweep directories here (batched/, "
+                   "sequential/); default: a temporary directory")
     b.add_argument("--json", action="store_true")
     sub.add_parser("scenarios", help="list scenario presets")
     _add_train(sub)

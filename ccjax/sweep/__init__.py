@@ -12,7 +12,11 @@
 * ``ledger``: the sweep directory: SQLite ledger, Parquet curves, orbax checkpoints; the resume
   guarantee.
 * ``runner``: ``run_sweep``, the loop over groups and batches, divergence detection and
-  isolation, progress.
+  isolation, progress; ``run_batch``, one batch trained without touching the store.
+* ``record``: a trial's outcome (curve, metrics, model files as bytes) and ``record``, the one
+  way the driver writes it into the sweep directory, whichever backend trained it.
+* ``ray_backend``: ``backend="ray"``, the batches on Ray workers (``pip install
+  'ccjax[ray]'``; nothing imports Ray otherwise).
 * ``prefeval``: the finished trials' policies on N uniform preferences x M scenario links, and
   classic controllers on the same links (MOCC Fig. 6; ``ccjax prefeval``, ``[prefeval]``).
 
@@ -21,6 +25,7 @@ From Python::
     from ccjax.sweep import load_spec, run_sweep, results
     spec = load_spec("ppo-mocc-hparams")          # or a path; ConfigError if anything is wrong
     summary = run_sweep(spec, "runs/sweeps/hp")   # resume=True continues a killed sweep
+    run_sweep(spec, "runs/sweeps/hp2", backend="ray", ray_address="auto")  # on a Ray cluster
     rows = results("runs/sweeps/hp", filters=["status=done"], sort="reward", descending=True)
 """
 

@@ -19,11 +19,19 @@ trial's best evaluated state is what its checkpoint and exported policy hold (as
 as ``ccjax train`` keeps ``best/``; its metrics keep the per-landmark results of its best
 evaluation (``landmarks``). Every trial records ``iter_99``, the first evaluated iteration within
 1% of its best evaluation, and ``train_99_s``, its batch's training wall time up to there.
+
+Backends. ``run_batch`` trains one batch and writes nothing: it hands every trial's end to a
+sink as a ``ccjax.sweep.record.TrialOutcome``. The local backend (the default) runs the batches
+here one after another and records each outcome as it comes; ``backend="ray"``
+(``ccjax.sweep.ray_backend``) runs the same ``run_batch`` on Ray workers, one batch per worker,
+and records what they send back. Either way the driver alone writes the store, through
+``ccjax.sweep.record.record``, and marks a batch's trials ``running`` before it starts.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
@@ -36,7 +44,8 @@ import numpy as np
 
 from ccjax.errors import ConfigError
 from ccjax.sweep.batch import Group
-from ccjax.sweep.ledger import Ledger, write_curve
+from ccjax.sweep.ledger import Ledger
+from ccjax.sweep.record import EVAL_FIELDS, TrialOutcome, make_outcome, model_files, record
 from ccjax.sweep.spec import SweepSpec, Trial, load_spec
 from ccjax.train.store import Checkpoints, write_json
 
@@ -45,9 +54,11 @@ _LOSSES = ("policy_loss", "value_loss", "entropy", "approx_kl")
 _PPO_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "ent_coef",
                "std")
 _STAT_FIELDS = ("reward", "utilization", "latency_ratio", "loss_rate", "episode_return")
-_EVAL_FIELDS = ("reward", "utilization", "latency_ratio", "loss_rate")
+_EVAL_FIELDS = EVAL_FIELDS
+BACKENDS = ("local", "ray")
 
 Callback = Callable[[str, list[str]], None]
+Sink = Callable[[TrialOutcome], None]
 
 
 def default_out(spec: SweepSpec) -> Path:
@@ -57,22 +68,29 @@ def default_out(spec: SweepSpec) -> Path:
 def run_sweep(spec: SweepSpec | str | os.PathLike[str], out: str | os.PathLike[str] | None = None,
               *, batch: int | None = None, resume: bool = False, progress: bool = False,
               log: Callable[[str], None] | None = None,
-              callback: Callback | None = None) -> dict[str, Any]:
+              callback: Callback | None = None, backend: str = "local",
+              ray_address: str | None = None, ray_workers: int | None = None,
+              ray_cpus: float = 1.0) -> dict[str, Any]:
     """Run (or, with ``resume``, continue) a sweep into ``out`` (default
     ``runs/sweeps/<name>``). ``batch`` caps the trials per compiled batch (default: the spec's
     ``sweep.batch``, else chosen from device memory). ``callback(event, trial_ids)`` is called
     with ``"start"`` after a batch's trials are marked running and ``"end"`` after they are
-    recorded. Returns a summary (counts by status, wall time, the batches run)."""
+    recorded. ``backend="ray"`` trains the batches on a Ray cluster (``ray_address``, else a
+    local instance; at most ``ray_workers`` workers of one GPU each, or of ``ray_cpus`` CPUs
+    where the cluster has no GPU; ``ccjax.sweep.ray_backend``). Returns a summary (counts by
+    status, wall time, the batches run)."""
     if not isinstance(spec, SweepSpec):
         spec = load_spec(spec)
     if batch is not None and (not isinstance(batch, int) or batch < 1):
         raise ConfigError(f"batch={batch!r} is invalid: an integer >= 1 (or omit it for the "
                           "automatic size)")
+    check_backend(backend, ray_address, ray_workers, ray_cpus)
+    if backend == "ray":
+        from ccjax.sweep import ray_backend
     out = Path(out) if out is not None else default_out(spec)
     say = log or (lambda s: None)
     ledger = _open(spec, out, resume)
     t_start = time.perf_counter()
-    batches: list[dict[str, Any]] = []
     bar = _Bar(len(spec.trials), progress)
     try:
         requeued = ledger.requeue_running()
@@ -81,33 +99,111 @@ def run_sweep(spec: SweepSpec | str | os.PathLike[str], out: str | os.PathLike[s
         status = ledger.status()
         bar.set_done(sum(1 for s in status.values() if s in ("done", "failed")))
         groups = spec.groups()
-        for gi, (gid, trials) in enumerate(groups.items()):
-            pending = [t for t in trials if status.get(t.id) == "pending"]
-            if not pending:
-                continue
-            group = Group(trials[0].cfg, spec.pool_seed)
-            size, how = group.plan_batch(len(pending), batch or spec.batch or None)
-            n_batches = -(-len(pending) // size)
-            say(f"group {gid} ({gi + 1}/{len(groups)}): {len(pending)} trial(s) in "
-                f"{n_batches} batch(es) of {size} ({_how(how)})")
-            for bi in range(n_batches):
-                part = pending[bi * size:(bi + 1) * size]
-                label = f"{gid}/{bi + 1}-of-{n_batches}"
-                rec = _run_batch(group, part, size, label, spec, ledger, out, bar, say,
-                                 callback)
-                batches.append(rec)
+        pending = {gid: [t for t in trials if status.get(t.id) == "pending"]
+                   for gid, trials in groups.items()}
+        pending = {gid: p for gid, p in pending.items() if p}
+        requested = batch or spec.batch or None
+        if backend == "ray":
+            batches, planned, where = ray_backend.run(
+                spec, pending, requested, ledger, out, bar, say, callback,
+                address=ray_address, max_workers=ray_workers, cpus=ray_cpus)
+        else:
+            batches, planned = _run_local(spec, pending, requested, ledger, out, bar, say,
+                                          callback)
+            where = {"backend": jax.default_backend(), "machine": platform.platform()}
     finally:
         bar.close()
-    counts = ledger.counts()
-    ledger.close()
+        counts = ledger.counts()
+        ledger.close()
     summary = {"out": str(out), "name": spec.name, "trials": len(spec.trials), **counts,
                "wall_s": round(time.perf_counter() - t_start, 3), "batches": batches,
-               "backend": jax.default_backend(), "machine": platform.platform()}
+               "groups": planned, "executor": backend, **where}
     if spec.prefeval is not None and counts["done"]:  # the spec's [prefeval], resumable
         from ccjax.sweep.prefeval import run_prefeval
 
         summary["prefeval"] = run_prefeval(out, spec.prefeval, log=say, progress=progress)
     return summary
+
+
+def check_backend(backend: str, address: str | None, workers: int | None, cpus: float) -> None:
+    """One-line ``ConfigError`` for a backend or Ray option that cannot work, before anything
+    runs (Ray's absence included)."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend={backend!r} is invalid: one of {', '.join(BACKENDS)}")
+    if backend != "ray":
+        for name, v, default in (("ray_address", address, None), ("ray_workers", workers, None),
+                                 ("ray_cpus", cpus, 1.0)):
+            if v != default:
+                raise ConfigError(f"{name}={v!r} is invalid without backend='ray' (the local "
+                                  "backend runs here)")
+        return
+    if address is not None and (not isinstance(address, str) or not address.strip()):
+        raise ConfigError(f"ray_address={address!r} is invalid: a Ray address such as "
+                          "'auto', 'HOST:6379' or 'ray://HOST:10001' (omit it for a local "
+                          "instance)")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int)
+                                or workers < 1):
+        raise ConfigError(f"ray_workers={workers!r} is invalid: an integer >= 1 (omit it for "
+                          "as many as the cluster holds)")
+    if (isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or not math.isfinite(cpus)
+            or cpus <= 0):
+        raise ConfigError(f"ray_cpus={cpus!r} is invalid: CPUs per worker, a number > 0")
+    # Ray is imported (and its absence reported) before the sweep directory is touched
+    from ccjax.sweep.ray_backend import require_ray
+
+    require_ray()
+
+
+def cut_batches(gid: str, pending: list[Trial], size: int) -> list[tuple[str, list[Trial]]]:
+    """A group's pending trials as (label, trials) batches of ``size`` (the last may be
+    shorter: ``run_batch`` pads it), in expansion order."""
+    n = -(-len(pending) // size)
+    return [(f"{gid}/{bi + 1}-of-{n}", pending[bi * size:(bi + 1) * size]) for bi in range(n)]
+
+
+def begin_batch(ledger: Ledger, trials: list[Trial], label: str,
+                callback: Callback | None) -> list[str]:
+    """Mark a batch's trials ``running`` (one transaction) before it trains."""
+    ids = [t.id for t in trials]
+    ledger.start(ids, label, len(ids))
+    if callback is not None:
+        callback("start", ids)
+    return ids
+
+
+def plan_line(gid: str, gi: int, n_groups: int, n_pending: int, size: int,
+              how: dict[str, Any]) -> str:
+    n_batches = -(-n_pending // size)
+    return (f"group {gid} ({gi + 1}/{n_groups}): {n_pending} trial(s) in {n_batches} "
+            f"batch(es) of {size} ({_how(how)})")
+
+
+def _run_local(spec: SweepSpec, pending: dict[str, list[Trial]], requested: int | None,
+               ledger: Ledger, out: Path, bar: _Bar, say: Callable[[str], None],
+               callback: Callback | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The local backend: each group's batches here, one after another, each outcome
+    recorded as it comes."""
+    batches: list[dict[str, Any]] = []
+    planned: list[dict[str, Any]] = []
+    n_groups = len(spec.groups())
+    gidx = {gid: i for i, gid in enumerate(spec.groups())}
+
+    def sink(o: TrialOutcome) -> None:
+        record(ledger, out, o)
+        bar.trial_done()
+
+    for gid, trials in pending.items():
+        group = Group(trials[0].cfg, spec.pool_seed)
+        size, how = group.plan_batch(len(trials), requested)
+        say(plan_line(gid, gidx[gid], n_groups, len(trials), size, how))
+        for label, part in cut_batches(gid, trials, size):
+            ids = begin_batch(ledger, part, label, callback)
+            batches.append(run_batch(group, part, size, label, spec.eval_every, sink, bar, say))
+            if callback is not None:
+                callback("end", ids)
+        planned.append({"group": gid, "trials": len(trials), "batch": size, "plan": how,
+                        "compile_s": round(group.compile_s, 3)})
+    return batches, planned
 
 
 def _how(info: dict[str, Any]) -> str:
@@ -159,19 +255,22 @@ def _nonfinite(m: dict[str, np.ndarray], st: dict[str, np.ndarray], i: int, it0:
     return None
 
 
-def _run_batch(group: Group, trials: list[Trial], size: int, label: str, spec: SweepSpec,
-               ledger: Ledger, out: Path, bar: _Bar, say: Callable[[str], None],
-               callback: Callback | None) -> dict[str, Any]:
+def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_every: int,
+              sink: Sink, bar: _Bar | None = None, say: Callable[[str], None] | None = None
+              ) -> dict[str, Any]:
+    """Train one batch of a group's trials (``size`` slots; fewer trials are padded) for the
+    group's iterations and hand each trial's end to ``sink`` as a ``TrialOutcome``: a trial
+    that diverges as soon as it is detected, the others after the final evaluation, with
+    their model files. Writes nothing itself, so it runs where the store is not (a Ray
+    worker). Returns the batch's record (sizes, counts, timings)."""
+    bar = bar or _Bar(0, False)
+    say = say or (lambda s: None)
     n_real = len(trials)
     slots = trials + [trials[-1]] * (size - n_real)  # padding: copies, results discarded
-    ids = [t.id for t in trials]
-    ledger.start(ids, label, n_real)
-    if callback is not None:
-        callback("start", ids)
     compile0 = group.compile_s
     wall0 = time.time()
     states, runner = group.init(slots)
-    iters, chunk, every = group.iters, group.chunk, spec.eval_every
+    iters, chunk, every = group.iters, group.chunk, eval_every
     alive = np.zeros(size, bool)
     alive[:n_real] = True
     reasons: dict[int, str] = {}
@@ -214,9 +313,8 @@ def _run_batch(group: Group, trials: list[Trial], size: int, label: str, spec: S
     def fail(i: int, why: str) -> None:
         alive[i] = False
         reasons[i] = why
-        _record(ledger, out, trials[i], "failed", curves[i], evals[i], why, it, None,
-                _timings(group, compile0, train_s, eval_s))
-        bar.trial_done()
+        sink(make_outcome(trials[i].id, "failed", curves[i], evals[i], why, it, None,
+                          _timings(group, compile0, train_s, eval_s)))
         say(f"trial {trials[i].id} {json.dumps(trials[i].point)}: {why}")
 
     while it < iters and alive[:n_real].any():
@@ -287,12 +385,10 @@ def _run_batch(group: Group, trials: list[Trial], size: int, label: str, spec: S
         if best_prefs[i]:
             metrics["landmarks"] = best_prefs[i]
         state = jax.tree.map(lambda x, i=i: x[i], best_states)
-        _save_model(out / "trials" / trials[i].id, group, trials[i], state, metrics)
-        _record(ledger, out, trials[i], "done", curves[i], evals[i], None, it, metrics, timings)
+        files = model_files(group, trials[i], state, metrics)
+        sink(make_outcome(trials[i].id, "done", curves[i], evals[i], None, it, metrics, timings,
+                          files))
         n_done += 1
-        bar.trial_done()
-    if callback is not None:
-        callback("end", ids)
     rec = {"batch": label, "trials": n_real, "size": size, "done": n_done,
            "failed": len(reasons), "compile_s": round(timings["compile_s"], 3),
            "train_s": round(train_s, 3), "eval_s": round(eval_s, 3),
@@ -323,48 +419,6 @@ def _info(curves: list[list[dict[str, Any]]], alive: np.ndarray, n_real: int) ->
     if not last:
         return ""
     return f"train reward mean {np.mean(last):.3f} max {np.max(last):.3f}"
-
-
-def _record(ledger: Ledger, out: Path, trial: Trial, status: str, curve: list[dict[str, Any]],
-            evals: list[dict[str, Any]], reason: str | None, iterations: int,
-            metrics: dict[str, Any] | None, timings: dict[str, float]) -> None:
-    """The curve first (atomic), then the ledger row in one transaction: a row says ``done``
-    only when everything it points to is on disk."""
-    by_it = {e["iteration"]: e for e in evals}
-    rows = []
-    for r in curve:
-        e = by_it.get(r["iteration"], {})
-        rows.append({**r, **{f"eval_{k}": e.get(k) for k in _EVAL_FIELDS}})
-    if rows:
-        write_curve(out / "curves" / f"{trial.id}.parquet", rows)
-    m = dict(metrics or {"iterations": iterations})
-    m["evals"] = evals
-    ledger.finish(trial.id, status, reason=reason, metrics=m, timings=timings)
-
-
-def _save_model(d: Path, group: Group, trial: Trial, state: Any, metrics: dict[str, Any]
-                ) -> None:
-    """The trial's chosen agent state (orbax, ``ccjax.train.store.Checkpoints``) and its actor
-    exported for ``ccjax eval`` / deployment."""
-    import shutil
-
-    from ccjax.agents.export import save_policy
-
-    s = group.setup
-    for sub in ("checkpoint", "policy"):
-        shutil.rmtree(d / sub, ignore_errors=True)  # a rerun replaces what a killed run left
-    ck = Checkpoints(d / "checkpoint", keep=1)
-    ck.save(int(metrics["best_iteration"] or metrics["iterations"]), state,
-            {"trial": trial.id, "seed": trial.seed, "point": trial.point, **{
-                k: v for k, v in metrics.items() if k not in ("evals", "landmarks")}})
-    ck.close()
-    tmp = d / "policy.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    # a landmark-trained policy has no one preference (as `ccjax train` exports it)
-    fixed = not group.schedule.uses_landmarks
-    save_policy(tmp, s.agent, state.actor, s.env, s.params, algo=trial.cfg.name,
-                preference=list(trial.preference) if s.agent.pref_dim and fixed else None)
-    os.replace(tmp, d / "policy")
 
 
 def load_trial(sweep_dir: str | os.PathLike[str], trial_id: str) -> tuple[Any, Any, dict]:
