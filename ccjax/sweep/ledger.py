@@ -18,7 +18,8 @@ Ledger schema (table ``trials``, one row per trial, primary key ``id``)::
     deterministic evaluation at the trial's preference, or the mean over its landmarks for a
     landmark schedule), train_reward REAL (mean training reward over the last 10 iterations),
     best_reward REAL, best_iteration INTEGER, iter_99 INTEGER (the first evaluated iteration
-    within 1% of best_reward), train_99_s REAL (training wall time up to iter_99), metrics TEXT
+    within 1% of best_reward), train_99_s REAL (its batch's training wall time up to iter_99,
+    from the timings), metrics TEXT
     (JSON: all of the above, the evaluation history, and for a landmark schedule the
     per-landmark results of the best evaluation), compile_s REAL, train_s REAL, eval_s REAL
     (of the trial's batch: trials of a batch share one program and one wall clock; a trial alone
@@ -190,7 +191,7 @@ class Ledger:
                 (status, reason, m.get("iterations"), m.get("reward"), m.get("utilization"),
                  m.get("latency_ratio"), m.get("loss_rate"), m.get("train_reward"),
                  m.get("best_reward"), m.get("best_iteration"), m.get("iter_99"),
-                 m.get("train_99_s"), json.dumps(m, default=str, allow_nan=False),
+                 _num(t.get("train_99_s")), json.dumps(m, default=str, allow_nan=False),
                  _num(t.get("compile_s")), _num(t.get("train_s")), _num(t.get("eval_s")),
                  time.time(), tid))
 

@@ -280,6 +280,9 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
     best_it = np.zeros(size, int)
     best_states: Any = None  # a copy made at the first evaluation (the chunk donates `states`)
     best_prefs: list[list[dict[str, Any]]] = [[] for _ in range(n_real)]
+    # training wall time at each evaluation: a timing, kept out of the metrics (which must be
+    # the same numbers wherever the batch runs, e.g. on a Ray worker)
+    train_s_at: dict[int, float] = {}
     train_s = eval_s = 0.0
     it = 0
     bar.start_batch(label, iters)
@@ -300,10 +303,10 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
         best[better] = res["reward"][better]
         best_it[better] = it
         prefs = group.eval_prefs(slots)
+        train_s_at[it] = train_s
         for i in range(n_real):
             if alive[i]:
-                evals[i].append({"iteration": it, "train_s": train_s,
-                                 **{k: float(res[k][i]) for k in res}})
+                evals[i].append({"iteration": it, **{k: float(res[k][i]) for k in res}})
                 if better[i] and group.schedule.uses_landmarks:
                     best_prefs[i] = [{"w": [float(x) for x in prefs[i, j]],
                                       **{k: float(per[k][i, j]) for k in per}}
@@ -379,14 +382,15 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
             continue
         metrics = {k: float(final[k][i]) for k in _EVAL_FIELDS}
         tail = [r["reward"] for r in curves[i][-10:]]
+        i99 = _reached(evals[i], float(best[i]))
         metrics.update(iterations=it, train_reward=float(np.mean(tail)),
-                       best_reward=float(best[i]), best_iteration=int(best_it[i]),
-                       **_reached(evals[i], float(best[i])))
+                       best_reward=float(best[i]), best_iteration=int(best_it[i]), iter_99=i99)
         if best_prefs[i]:
             metrics["landmarks"] = best_prefs[i]
         state = jax.tree.map(lambda x, i=i: x[i], best_states)
         files = model_files(group, trials[i], state, metrics)
-        sink(make_outcome(trials[i].id, "done", curves[i], evals[i], None, it, metrics, timings,
+        mine = {**timings, "train_99_s": None if i99 is None else train_s_at[i99]}
+        sink(make_outcome(trials[i].id, "done", curves[i], evals[i], None, it, metrics, mine,
                           files))
         n_done += 1
     rec = {"batch": label, "trials": n_real, "size": size, "done": n_done,
@@ -399,15 +403,15 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
     return rec
 
 
-def _reached(evals: list[dict[str, Any]], best: float, frac: float = 0.99) -> dict[str, Any]:
-    """The first evaluation within ``1 - frac`` of ``best`` (relative to its magnitude, so a
-    negative best works too): its iteration and the training wall time up to it. In a sweep
-    this stands for ``ccjax train``'s stopping time (MOCC trains until convergence)."""
+def _reached(evals: list[dict[str, Any]], best: float, frac: float = 0.99) -> int | None:
+    """The iteration of the first evaluation within ``1 - frac`` of ``best`` (relative to its
+    magnitude, so a negative best works too). In a sweep this stands for ``ccjax train``'s
+    stopping time (MOCC trains until convergence)."""
     for e in evals:
         r = e.get("reward")
         if r is not None and np.isfinite(r) and r >= best - (1 - frac) * abs(best):
-            return {"iter_99": int(e["iteration"]), "train_99_s": float(e["train_s"])}
-    return {"iter_99": None, "train_99_s": None}
+            return int(e["iteration"])
+    return None
 
 
 def _timings(group: Group, compile0: float, train_s: float, eval_s: float) -> dict[str, float]:
