@@ -19,7 +19,7 @@ from ccjax.cc.base import Controller
 from ccjax.cc.mix import Mix, MixParams
 from ccjax.cc.registry import get_controller
 from ccjax.errors import ConfigError, require
-from ccjax.sim.link import MODELS, LinkSpec, build_links, plan
+from ccjax.sim.link import MODELS, WINDOW_SENDERS, LinkSpec, build_links, plan
 from ccjax.sim.run import RunResult, make_timeline, run
 from ccjax.units import mbps_to_bytes_per_s
 
@@ -44,6 +44,7 @@ def simulate(
     series_interval_s: float = 0.1,
     tick_s: float = 1e-3,
     max_flows: int | None = None,
+    window_sender: str = "paced",
 ) -> RunResult:
     """Simulate a batch of links, every flow driven by controller ``cc`` (one name, or one per
     flow), for ``duration_s`` seconds; returns the run with per-interval series."""
@@ -71,7 +72,10 @@ def simulate(
     for r in rates:
         require(math.isfinite(r) and r > 0, "rate_mbps", r, "a rate > 0 Mbps")
 
-    cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model)
+    require(window_sender in WINDOW_SENDERS, "window_sender", window_sender,
+            f"one of {', '.join(WINDOW_SENDERS)}")
+    cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model,
+                        window_sender=window_sender)
     batch = build_links(links, cfg, horizon)
     member_params = []
     for c in members:
@@ -112,6 +116,7 @@ def run_controller(
     series_interval_s: float = 0.1,
     tick_s: float = 1e-3,
     link_seeds: Sequence[int] | None = None,
+    window_sender: str = "paced",
 ) -> RunResult:
     """Run a controller object (not a registered name) on every flow of ``links``.
 
@@ -125,7 +130,10 @@ def run_controller(
     if not links:
         raise ConfigError("links=[] is invalid: at least one link is needed")
     n_flows = max(s.n_flows for s in links)
-    cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model)
+    require(window_sender in WINDOW_SENDERS, "window_sender", window_sender,
+            f"one of {', '.join(WINDOW_SENDERS)}")
+    cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model,
+                        window_sender=window_sender)
     batch = build_links(links, cfg, horizon)
     if link_seeds is not None:
         link_seeds = list(link_seeds)

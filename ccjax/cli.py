@@ -57,6 +57,9 @@ def _add_simulate(sub) -> None:
     p.add_argument("--duration-s", type=float, default=None,
                    help="simulated seconds (default 20, or the scenario's)")
     p.add_argument("--model", choices=["fluid", "packet"], default="packet")
+    p.add_argument("--window-sender", choices=["paced", "ack-clocked"], default="paced",
+                   help="window-based controllers pace at cwnd/srtt (default) or send as their "
+                   "ACKs arrive, unpaced (as ns-3's and Linux's TCP without fq)")
     p.add_argument("--tick-ms", type=float, default=1.0, help="simulator tick (default 1 ms)")
     p.add_argument("--links", type=int, default=1, help="links to sample from a scenario")
     p.add_argument("--seed", type=int, default=0)
@@ -124,7 +127,8 @@ def cmd_simulate(args) -> int:
     specs, duration, max_flows, name = _links_for(args)
     res = simulate(specs, cc=args.cc, rate_mbps=args.rate_mbps, duration_s=duration,
                    model=args.model, seed=args.seed, series_interval_s=args.series_interval_s,
-                   tick_s=args.tick_ms * 1e-3, max_flows=args.max_flows or max_flows)
+                   tick_s=args.tick_ms * 1e-3, max_flows=args.max_flows or max_flows,
+                   window_sender=args.window_sender)
     summaries = [res.summary(i) for i in range(len(specs))]
     for s in summaries:
         for i, f in enumerate(s["flows"]):

@@ -168,10 +168,10 @@ def scenario_seed(sc: Scenario, seed: int) -> int:
     return zlib.crc32(f"{sc.name} {sc.duration_s:g} {seed}".encode())
 
 
-def run_ccjax(scenarios: Sequence[Scenario], model: str = "packet", seeds: Sequence[int] = (1, 2)
-              ) -> list[Measured]:
+def run_ccjax(scenarios: Sequence[Scenario], model: str = "packet", seeds: Sequence[int] = (1, 2),
+              window_sender: str = "paced") -> list[Measured]:
     """All scenarios in ccjax with each seed (averaged, like ns-3's), one compiled batch per
-    (controller, duration)."""
+    (controller, duration). ``window_sender``: see ``SimConfig``."""
     from ccjax.api import link_from_flags, run_controller
     from ccjax.cc.registry import get_controller
 
@@ -190,7 +190,7 @@ def run_ccjax(scenarios: Sequence[Scenario], model: str = "packet", seeds: Seque
         n_flows = max(s.n_flows for s in specs)
         t0 = time.perf_counter()
         res = run_controller(specs, ctl, ns3_equivalent_params(cc, ctl, n_flows),
-                             duration_s=duration, model=model,
+                             duration_s=duration, model=model, window_sender=window_sender,
                              link_seeds=[scenario_seed(scenarios[i], s) for i, s in jobs])
         wall = (time.perf_counter() - t0) / len(jobs)
         for j, i in enumerate(idx):

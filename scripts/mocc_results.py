@@ -110,6 +110,28 @@ def test_section(model: Path, links: int, seed: int, duration_s: float | None) -
     return out
 
 
+def targets_section(candidates: dict[str, Path], links: int, seed: int,
+                    duration_s: float | None) -> list[str]:
+    """Every trained model against the issue's two targets on mocc-test: utilization >= 0.85 at
+    w = <0.8,0.1,0.1>; latency ratio <= 1.3 at utilization >= 0.5 at w = <0.1,0.8,0.1>."""
+    out = ["## The issue's targets, per trained model", "",
+           f"Each policy on the same {links} `mocc-test` links (seed {seed}, packet model). "
+           "Targets: utilization >= 0.85 at w = <0.8,0.1,0.1>; latency ratio <= 1.3 with "
+           "utilization >= 0.5 at w = <0.1,0.8,0.1>.", "",
+           "| model | util at <0.8,0.1,0.1> | latency ratio there | util at <0.1,0.8,0.1> | "
+           "latency ratio there | both targets met |", "|---|---|---|---|---|---|"]
+    for name, policy in candidates.items():
+        a = evaluate([str(policy)], "mocc-test", links, seed=seed, preference=W_THR,
+                     duration_s=duration_s)[0]
+        b = evaluate([str(policy)], "mocc-test", links, seed=seed, preference=W_LAT,
+                     duration_s=duration_s)[0]
+        ok = a["utilization"] >= 0.85 and b["latency_ratio"] <= 1.3 and b["utilization"] >= 0.5
+        out.append(f"| {name} | {a['utilization']:.3f} | {a['latency_ratio']:.3f} | "
+                   f"{b['utilization']:.3f} | {b['latency_ratio']:.3f} | "
+                   f"{'yes' if ok else 'no'} |")
+    return out + [""]
+
+
 def landmark_section(model: Path, links: int, seed: int, duration_s: float | None,
                      out_dir: Path) -> list[str]:
     pts = []
@@ -239,6 +261,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--duration-s", type=float)
     ap.add_argument("--skip-landmarks", action="store_true")
+    ap.add_argument("--candidate", action="append", default=[], metavar="NAME=POLICY",
+                    help="a trained policy directory to check against the issue's two "
+                    "preference targets (repeatable); the schedule runs are checked too")
+    ap.add_argument("--model", metavar="NAME=POLICY", help="the policy evaluated in detail "
+                    "(default: the schedule run with the best exported landmark reward)")
     ap.add_argument("--out", type=Path, default=Path("docs/results"))
     ap.add_argument("--commands", type=Path, help="a text file with the commands that made "
                     "the runs, copied into the page")
@@ -273,10 +300,22 @@ def main() -> None:
     if a.all_at_once:
         runs["all-at-once"] = a.all_at_once
     lines += training_section(runs)
-    best = max(runs.items(), key=lambda kv: _exported_reward(kv[1]))
-    lines += [f"The model evaluated below: {best[0]} (`{best[1]}/policy`, mean landmark reward "
-              f"{_exported_reward(best[1]):.4f} at its exported evaluation).", ""]
-    model = best[1] / "policy"
+    candidates = {name: d / "policy" for name, d in runs.items()}
+    for c in a.candidate:
+        name, _, path = c.partition("=")
+        candidates[name] = Path(path)
+    if len(candidates) > len(runs):
+        lines += targets_section(candidates, a.links, a.seed, a.duration_s)
+    if a.model:
+        name, _, path = a.model.partition("=")
+        model = Path(path)
+        lines += [f"The model evaluated below: {name} (`{model}`), chosen by the targets "
+                  "above.", ""]
+    else:
+        best = max(runs.items(), key=lambda kv: _exported_reward(kv[1]))
+        lines += [f"The model evaluated below: {best[0]} (`{best[1]}/policy`, mean landmark "
+                  f"reward {_exported_reward(best[1]):.4f} at its exported evaluation).", ""]
+        model = best[1] / "policy"
     lines += test_section(model, a.links, a.seed, a.duration_s)
     if not a.skip_landmarks:
         lines += landmark_section(model, a.links, a.seed, a.duration_s, a.out)
@@ -289,6 +328,9 @@ def main() -> None:
     for d in (a.two_phase, a.all_at_once, a.adapt, a.adapt_noreplay, a.aurora):
         if d is not None:
             text = text.replace(str(d), f"runs/{d.name}")
+    for p in candidates.values():  # .../runs/SWEEP/trials/ID/policy -> runs/SWEEP/...
+        if "runs" in p.parts:
+            text = text.replace(str(p), "/".join(p.parts[p.parts.index("runs"):]))
     (a.out / "mocc.md").write_text(text)
     print(f"wrote {a.out / 'mocc.md'}")
 

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ccjax.cc.const import Const
+from ccjax.cc.newreno import NewReno
 from ccjax.sim import LinkSpec, SimConfig, build_links, in_flight
 from ccjax.sim.run import make_runner, make_timeline
 from ccjax.units import mbps_to_bytes_per_s
@@ -24,15 +25,18 @@ DURATION = 0.25  # 2500 ticks
 HORIZON = int(round(DURATION / TICK))
 
 
-def _cfg(model: str) -> SimConfig:
+def _cfg(model: str, window_sender: str = "paced") -> SimConfig:
     return SimConfig(n_flows=F_MAX, tick_s=TICK, model=model, queue_horizon=HORIZON + 2,
-                     ack_horizon=int(round(2.0 / TICK)) + 2, schedule_len=1)
+                     ack_horizon=int(round(2.0 / TICK)) + 2, schedule_len=1,
+                     window_sender=window_sender)
 
 
 @functools.cache
-def _runner(model: str):
-    cfg = _cfg(model)
-    return cfg, make_runner(cfg, Const(), make_timeline(DURATION, 0.05, TICK))
+def _runner(model: str, window_sender: str = "paced"):
+    cfg = _cfg(model, window_sender)
+    # ack-clocked runs NewReno: a window sender whose window grows, so bursts and losses occur
+    ctl = Const() if window_sender == "paced" else NewReno()
+    return cfg, make_runner(cfg, ctl, make_timeline(DURATION, 0.05, TICK))
 
 
 @st.composite
@@ -50,11 +54,14 @@ def links(draw):
     return spec, rates, draw(st.integers(0, 2**31 - 1))
 
 
-def _check(model, spec, rates, seed):
-    cfg, fn = _runner(model)
+def _check(model, spec, rates, seed, window_sender="paced"):
+    cfg, fn = _runner(model, window_sender)
     batch = build_links([spec], cfg, HORIZON)
-    p = Const().default_params(F_MAX).replace(
-        rate=jnp.asarray([mbps_to_bytes_per_s(r) for r in rates], jnp.float32))
+    if window_sender == "paced":
+        p = Const().default_params(F_MAX).replace(
+            rate=jnp.asarray([mbps_to_bytes_per_s(r) for r in rates], jnp.float32))
+    else:
+        p = NewReno().default_params(F_MAX)
     p = jax.tree.map(lambda x: jnp.broadcast_to(x, (1,) + jnp.shape(x)), p)
     state, series, qend = fn(batch, p, jax.random.split(jax.random.PRNGKey(seed), 1))
     for name, arr in [("series." + k, v) for k, v in vars(series).items()] + [
@@ -87,3 +94,12 @@ def _check(model, spec, rates, seed):
                         start_s=[0.0], stop_s=[0.03125]), [2.035432684509021, 1.0, 1.0], 0))
 def test_outputs_finite_and_non_negative(model, case):
     _check(model, *case)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["fluid", "packet"])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=links())
+def test_ack_clocked_outputs_finite_and_non_negative(model, case):
+    """The same over ACK-clocked NewReno flows: bursts spread over ticks, windows that grow."""
+    _check(model, *case, window_sender="ack-clocked")

@@ -78,7 +78,9 @@ class SimState(struct.PyTreeNode):
     qline: jnp.ndarray  # (H_q, F, 3) queue delay line, indexed by departure tick
     aline: jnp.ndarray  # (H_a, F, 3) ACK delay line, indexed by departure tick
     stuck: jnp.ndarray  # (F, 2) admitted / dropped bytes whose departure lies past the horizon
-    credit: jnp.ndarray  # (F,) pacing credit in bytes (packet model)
+    credit: jnp.ndarray  # (F,) pacing credit in bytes (packet model); for ack-clocked window
+    #                      senders, the bytes the last tick's ACKs and loss reports let them send
+    gain: jnp.ndarray  # (F,) ack-clocked window senders: extra bytes sent per byte reported
     srtt: jnp.ndarray  # (F,) s
     min_rtt: jnp.ndarray  # (F,) s
     sent: jnp.ndarray  # (F,) cumulative bytes sent
@@ -114,7 +116,7 @@ def init_state(
         t=jnp.zeros((), jnp.int32), key=key, queue=z, work=jnp.zeros((), jnp.float32),
         qline=jnp.zeros((cfg.queue_horizon, F, _NFIELD), jnp.float32),
         aline=jnp.zeros((cfg.ack_horizon, F, _NFIELD), jnp.float32),
-        stuck=jnp.zeros((F, 2), jnp.float32), credit=z,
+        stuck=jnp.zeros((F, 2), jnp.float32), credit=z, gain=jnp.ones(F, jnp.float32),
         # The handshake gives the first RTT sample before data flows (RFC 6298 §2).
         srtt=rtt, min_rtt=rtt, sent=z, acked=z, lost=z, decision=dec, cc=cc_state,
         mi=MIAccum.zeros(F, cfg.rtt_bins), mi_len=_mi_ticks(dec.mi_s, cfg),
@@ -135,6 +137,62 @@ def _allocate_packets(offered: jnp.ndarray, space: jnp.ndarray, key: jnp.ndarray
     u = jax.random.uniform(key)
     extra = jnp.floor(c + u) - jnp.floor(jnp.concatenate([jnp.zeros(1), c[:-1]]) + u)
     return jnp.minimum(base + extra, offered)
+
+
+def _spread_group(cfg: SimConfig, link: LinkParams, t: jnp.ndarray, c0: jnp.ndarray,
+                  qtot: jnp.ndarray, admit: jnp.ndarray, dropped: jnp.ndarray, x: jnp.ndarray,
+                  dep: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The queue-line rows of one tick's admitted group when it is delivered as served.
+
+    The group occupies link positions ``(c0 + qtot, c0 + qtot + admit.sum()]`` (cumulative
+    service, bytes). A byte at position ``p`` leaves in the tick ``u`` with ``cum(u) < p <=
+    cum(u + 1)``. The first ``cfg.spread_ticks - 1`` ticks from the one the group's first packet
+    leaves in get exactly what leaves in them; the rest leaves with the last byte (``dep``),
+    with the drop notifications, as every group does without spreading.
+
+    Packet model: flows' packets are queued one flow after another within the group, starting
+    with flow ``t mod F`` (no flow is always first), and a packet counts when its last byte has
+    left. Fluid model: the flows' bytes are mixed, each leaving in proportion to what it sent.
+    Queueing delay of a slice: the mean departure time of its bytes (linear within a tick) less
+    the group's arrival ``t + 1`` (arrivals are spread over the tick, as in ``tick``).
+    Returns ``(rows (K, F, 3), slots (K,))``.
+    """
+    K = cfg.spread_ticks
+    F = admit.shape[-1]
+    total = admit.sum()
+    start = c0 + qtot
+    unit = min(float(PKT), 1.0) if cfg.model == "fluid" else float(PKT)
+    first = capacity.inv(link.sched, start + jnp.minimum(unit, jnp.maximum(total, 1e-30)))
+    d0 = jnp.minimum(jnp.maximum(jnp.ceil(first).astype(jnp.int32) - 1, t), dep)
+    u = d0 + jnp.arange(K, dtype=jnp.int32)  # the ticks sliced exactly: u[0] .. u[K-2]
+    bounds = capacity.cum(link.sched, jnp.concatenate([u, u[-1:] + 1]).astype(jnp.float32))
+    rel = bounds[1:] - start  # (K,) position (from the group's start) served by each tick's end
+    if cfg.model == "packet":
+        n = jnp.round(admit / PKT)
+        r0 = t % F
+        rolled = jnp.roll(n, -r0)
+        off = jnp.roll(jnp.cumsum(rolled) - rolled, r0) * PKT  # (F,) bytes queued before flow f
+        done = jnp.clip(jnp.floor((rel[:, None] - off[None, :]) / PKT + 1e-4), 0.0, n[None, :])
+        done = done * PKT
+    else:
+        frac = jnp.clip(rel / jnp.maximum(total, 1e-30), 0.0, 1.0)
+        done = frac[:, None] * admit[None, :]  # (K, F) bytes of each flow gone by each tick end
+        off = jnp.zeros(F)
+    done = done.at[K - 1].set(admit)  # the last row: all the rest, at the last byte's tick
+    prev = jnp.concatenate([jnp.zeros((1, F)), done[:-1]], 0)
+    part = done - prev  # (K, F) bytes leaving in each row's tick
+    # mean position of the slice's bytes -> time, linear within the tick
+    mid = off[None, :] + 0.5 * (prev + done)  # from the group's start
+    lo = bounds[:-1, None] - start
+    width = jnp.maximum(bounds[1:] - bounds[:-1], 1e-30)[:, None]
+    when = u[:, None].astype(jnp.float32) + jnp.clip((mid - lo) / width, 0.0, 1.0)
+    tf1 = t.astype(jnp.float32) + 1.0
+    delay = jnp.maximum(when - tf1, 0.0)
+    delay = delay.at[K - 1].set(jnp.maximum(x - tf1, 0.0))
+    slots = u.at[K - 1].set(dep)
+    zeros = jnp.zeros((K, F))
+    rows = jnp.stack([part, zeros.at[K - 1].set(dropped), part * delay], -1)
+    return rows, slots % cfg.queue_horizon
 
 
 def tick(
@@ -193,6 +251,21 @@ def tick(
         n = jnp.maximum(jnp.minimum(n, jnp.floor(room / PKT)), 0.0)
         send = jnp.where(active, n * PKT, 0.0)
         credit = jnp.where(active, credit - send, 0.0)
+    if cfg.window_sender == "ack-clocked":
+        # Unpaced window senders (rate 0): ACK clocking. A per-ACK TCP sender sends when an ACK
+        # (or a SACK reporting a loss) frees room in its window, so its packets leave as the
+        # reports arrive, in bursts at the access link's rate; in slow start each reported
+        # packet frees two (RFC 5681 eq. 2; RFC 3465 caps the growth per ACK at L = 2 SMSS).
+        # ``s.credit`` holds for these flows twice what the last tick reported. The controller
+        # grows its window once per MI, not per ACK; the cap of two per reported packet spreads
+        # that growth over the next ACKs, as a per-ACK sender's would have been. A sender with
+        # nothing in flight (the first window, a restart) sends its whole window at once.
+        clocked = dec.rate <= 0
+        allow = jnp.where(inflight <= 0, room, s.credit)
+        burst = jnp.minimum(room, allow)
+        if cfg.model == "packet":
+            burst = jnp.floor(burst / PKT + 1e-6) * PKT
+        send = jnp.where(clocked, jnp.where(active, burst, 0.0), send)
 
     # 2. Random loss on the link (before the queue, so lost packets take no buffer).
     if cfg.model == "fluid":
@@ -229,7 +302,13 @@ def tick(
     # tick (otherwise it copies the whole line, every tick). Nothing lands in that slot before
     # this clear: departures lie at t or later, at most H - 1 ticks ahead.
     qline = s.qline.at[(t - 1) % cfg.queue_horizon].set(0.0)
-    qline = qline.at[dep % cfg.queue_horizon].add(jnp.where(write, group, 0.0))
+    if cfg.window_sender == "ack-clocked":
+        # Deliver the group as the link serves it, spread over the ticks its packets leave in,
+        # not all at its last byte's tick: ACK clocking needs the bottleneck's spacing.
+        rows, idx = _spread_group(cfg, link, t, c0, qtot, admit, dropped, x, dep)
+        qline = qline.at[idx].add(jnp.where(write, rows, 0.0))
+    else:
+        qline = qline.at[dep % cfg.queue_horizon].add(jnp.where(write, group, 0.0))
     stuck = s.stuck + jnp.where(fits, 0.0, jnp.stack([admit, dropped], -1))
 
     # 5. Departures of tick t, then into the ACK line; feedback returns after the base RTT.
@@ -249,6 +328,13 @@ def tick(
     rtt = base + qd * dt
     srtt = jnp.where(has, 0.875 * s.srtt + 0.125 * rtt, s.srtt)  # RFC 6298 alpha = 1/8
     min_rtt = jnp.where(has, jnp.minimum(s.min_rtt, rtt), s.min_rtt)
+    if cfg.window_sender == "ack-clocked":
+        reported = ack_b + lost_b
+        # What the reports of this tick free, plus the unspent fraction of a packet of the last
+        # tick's allowance (whole packets leave; the growth of 1 + MSS/cwnd per packet adds up)
+        carry = jnp.clip(allow - send, 0.0, PKT)
+        credit = jnp.where(clocked, jnp.where(active, (1.0 + s.gain) * reported + carry, 0.0),
+                           credit)
     sent = s.sent + send
     acked = s.acked + ack_b
     lost = s.lost + lost_b
@@ -291,13 +377,23 @@ def tick(
     last = jax.tree.map(pick, stats, s.last)
     mi = jax.tree.map(pick, MIAccum.zeros(cfg.n_flows, cfg.rtt_bins), mi)
     mi_len = jnp.where(done, _mi_ticks(new_dec.mi_s, cfg), s.mi_len)
+    gain = s.gain
+    if cfg.window_sender == "ack-clocked":
+        # A per-ACK sender spreads its window growth over the ACKs of the next RTT (two packets
+        # per ACK in slow start, 1 + MSS/cwnd in congestion avoidance). Here the window moves at
+        # MI ends: the room it opens (growth, and whatever room is left) is spread over as many
+        # reports as the MI just ended had, at most one extra packet per packet (RFC 3465 L = 2).
+        room_new = jnp.maximum(jnp.maximum(new_dec.cwnd, cfg.min_cwnd)
+                               - jnp.maximum(sent - acked - lost, 0.0), 0.0)
+        g = jnp.clip(room_new / jnp.maximum(m.acked + m.lost + ack_b + lost_b, PKT), 0.0, 1.0)
+        gain = jnp.where(done, g, gain)
 
     new = SimState(
         t=t + 1, key=key, queue=queue, work=work, qline=qline, aline=aline, stuck=stuck,
         credit=credit,
         srtt=srtt, min_rtt=min_rtt, sent=sent, acked=acked, lost=lost, decision=decision,
         cc=cc_state, mi=mi, mi_len=mi_len, mi_count=s.mi_count + done.astype(jnp.int32),
-        mi_done=done, last=last, tot=tot,
+        mi_done=done, last=last, tot=tot, gain=gain,
     )
     if live is None:
         return new

@@ -22,6 +22,8 @@ from ccjax.sim.trace import trace_segments, validate_stamps
 from ccjax.units import PACKET_BYTES, mbps_to_bytes_per_s
 
 MODELS = ("fluid", "packet")
+#: how window-based senders (``Decision.rate == 0``) put their window on the wire
+WINDOW_SENDERS = ("paced", "ack-clocked")
 
 
 @dataclass(frozen=True)
@@ -46,13 +48,23 @@ class SimConfig:
     min_cwnd: float = float(PACKET_BYTES)
     #: packet model: stochastic rounding of each tick's packet count (see core.tick)
     pacing_jitter: bool = True
+    #: window-based senders: "paced" at cwnd/srtt (Linux with the fq qdisc), or "ack-clocked":
+    #: unpaced, each tick sending what the ACKs and loss reports of the last tick freed, at most
+    #: two packets per packet reported (RFC 3465's L = 2), as ns-3's and Linux's default TCP do
+    window_sender: str = "paced"
+    #: ack-clocked: ticks over which a packet group is delivered as the link serves it (one
+    #: tick's group of an ACK-clocked sender spans about two; a first window of 10 packets at
+    #: 10 Mbps twelve); what a longer burst has left leaves with its last byte (late, never early)
+    spread_ticks: int = 16
 
     def __post_init__(self) -> None:
         require(self.model in MODELS, "model", self.model, f"one of {', '.join(MODELS)}")
+        require(self.window_sender in WINDOW_SENDERS, "window_sender", self.window_sender,
+                f"one of {', '.join(WINDOW_SENDERS)}")
         require(isinstance(self.n_flows, int) and 1 <= self.n_flows <= 4096, "max_flows",
                 self.n_flows, "an integer from 1 to 4096")
         require(1e-6 <= self.tick_s <= 1.0, "tick_s", self.tick_s, "from 1e-6 to 1 s")
-        for name in ("queue_horizon", "ack_horizon", "schedule_len", "rtt_bins"):
+        for name in ("queue_horizon", "ack_horizon", "schedule_len", "rtt_bins", "spread_ticks"):
             v = getattr(self, name)
             require(isinstance(v, int) and v >= 1, name, v, "a positive integer")
         require(self.rtt_bins >= 4, "rtt_bins", self.rtt_bins, "at least 4")
@@ -215,7 +227,8 @@ def plan(
     """
     require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s, "> 0 s")
     base = SimConfig(n_flows=n_flows or max(s.n_flows for s in specs), **{
-        k: v for k, v in overrides.items() if k in ("tick_s", "model", "rtt_bins")})
+        k: v for k, v in overrides.items()
+        if k in ("tick_s", "model", "rtt_bins", "window_sender", "spread_ticks")})
     tick = base.tick_s
     horizon = int(math.ceil(duration_s / tick))
     k = 1
@@ -232,6 +245,7 @@ def plan(
         ah = max(ah, max(int(round(x * 1e-3 / tick)) for x in s.rtt_ms) + 2)
     cfg = SimConfig(
         n_flows=base.n_flows, tick_s=tick, model=base.model, rtt_bins=base.rtt_bins,
+        window_sender=base.window_sender, spread_ticks=base.spread_ticks,
         queue_horizon=overrides.get("queue_horizon", qh),
         ack_horizon=overrides.get("ack_horizon", ah), schedule_len=k,
     )
