@@ -1,9 +1,10 @@
 """Generic drivers: roll a batch of environments out with any agent, train in chunked scans.
 
-``rollout`` is a ``lax.scan`` over batch steps of ``VecEnv``; ``make_chunk`` returns one jitted
-function that does ``k`` iterations (rollout + ``agent.update``) and returns per-iteration
-metrics, so a training run is a Python loop over chunks that reports progress, writes metrics
-and checkpoints in between (DESIGN principle 3) without leaving compiled code for long.
+``rollout`` is a ``lax.scan`` over batch steps of ``VecEnv`` (``scan_rollout``, which the
+batched trials of ``ccjax.sweep.batch`` share); ``make_chunk`` returns one jitted function that
+does ``k`` iterations (rollout + ``agent.update``) and returns per-iteration metrics, so a
+training run is a Python loop over chunks that reports progress, writes metrics and checkpoints
+in between (DESIGN principle 3) without leaving compiled code for long.
 
 Actions take effect when an environment's MI starts (``EnvState.mid`` false); on a step that
 only continues a running MI the new action is ignored, so the driver records, beside every
@@ -13,6 +14,7 @@ runs, so (obs, action in effect, reward) on the step where the MI ends is the tr
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -67,11 +69,31 @@ def hold_during_mi(r: Runner, new_action: Any, new_aux: Any) -> tuple[Any, Any]:
     return pick(new_action, r.action), jax.tree.map(pick, new_aux, r.aux)
 
 
-def rollout(venv: VecEnv, agent: Agent, agent_state: Any, runner: Runner, params: EnvParams,
-            n_steps: int, explore: bool = True) -> tuple[Runner, Trajectory]:
+def split_step_key(key: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
+    """(next runner key, acting key, environment key) for one batch step. The order is part of
+    what a seed means: a batched trial (``ccjax.sweep.batch``) reproduces a run alone only
+    because both split this way."""
+    key, k_act, k_env = jax.random.split(key, 3)
+    return key, k_act, k_env
+
+
+#: ``choose(runner, k_act) -> (action, aux)``: the new action for every environment of the
+#: runner (before ``hold_during_mi``), and what the agent returns beside it
+Choose = Callable[[Runner, jnp.ndarray], tuple[Any, Any]]
+#: ``split(runner.key) -> (next key, acting key, environment key)``, as ``split_step_key``
+SplitKey = Callable[[jnp.ndarray], tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]]
+
+
+def scan_rollout(venv: VecEnv, runner: Runner, params: EnvParams, n_steps: int, choose: Choose,
+                 split: SplitKey = split_step_key) -> tuple[Runner, Trajectory]:
+    """The step loop every rollout shares: ``n_steps`` batch steps of ``venv`` with the actions
+    ``choose`` picks, held while an MI runs. ``split`` turns ``runner.key`` into (next key,
+    acting key, environment key); a batch of trials passes ``vmap(split_step_key)`` over its
+    per-trial keys, and its ``choose`` acts with each trial's own state."""
+
     def body(r: Runner, _):
-        key, k_act, k_env = jax.random.split(r.key, 3)
-        new_a, new_aux = agent.act(agent_state, r.obs, k_act, explore)
+        key, k_act, k_env = split(r.key)
+        new_a, new_aux = choose(r, k_act)
         action, aux = hold_during_mi(r, new_a, new_aux)
         obs, st, reward, done, info = venv.step(k_env, r.env_state, action, params)
         tr = (r.obs, action, aux, reward, done, info.valid, info)
@@ -81,6 +103,13 @@ def rollout(venv: VecEnv, agent: Agent, agent_state: Any, runner: Runner, params
                                                                length=n_steps)
     return runner, Trajectory(obs=o, action=a, aux=aux, reward=rew, done=done, valid=valid,
                               info=info, last_obs=runner.obs)
+
+
+def rollout(venv: VecEnv, agent: Agent, agent_state: Any, runner: Runner, params: EnvParams,
+            n_steps: int, explore: bool = True) -> tuple[Runner, Trajectory]:
+    """``n_steps`` batch steps of ``venv`` with one agent acting for every environment."""
+    return scan_rollout(venv, runner, params, n_steps,
+                        lambda r, k: agent.act(agent_state, r.obs, k, explore))
 
 
 def rollout_stats(tr: Trajectory) -> RolloutStats:

@@ -57,7 +57,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ccjax.agents.base import Trajectory
-from ccjax.agents.drivers import Runner, hold_during_mi, init_runner, rollout_stats
+from ccjax.agents.drivers import Runner, init_runner, rollout_stats, scan_rollout, split_step_key
 from ccjax.agents.ppo import PPO, PPOHyper, with_anneal
 from ccjax.algos import AlgoConfig
 from ccjax.envs.build import make_single_flow
@@ -123,19 +123,12 @@ def rollout_trials(venv: TrialVecEnv, agent: PPO, states: Any, runner: Runner,
     flat, unflat = _flat(T, N), _unflat(T, N)
     act = jax.vmap(lambda s, o, k: agent.act(s, o, k, explore))
 
-    def body(r: Runner, _):
-        ks = jax.vmap(lambda k: jax.random.split(k, 3))(r.key)  # as rollout: key, k_act, k_env
-        key, k_act, k_env = ks[:, 0], ks[:, 1], ks[:, 2]
+    def choose(r: Runner, k_act: jnp.ndarray) -> tuple[Any, Any]:
         new_a, new_aux = act(states, unflat(r.obs), k_act)
-        action, aux = hold_during_mi(r, flat(new_a), jax.tree.map(flat, new_aux))
-        obs, st, reward, done, info = venv.step(k_env, r.env_state, action, params)
-        tr = (r.obs, action, aux, reward, done, info.valid, info)
-        return Runner(env_state=st, obs=obs, action=action, aux=aux, key=key), tr
+        return flat(new_a), jax.tree.map(flat, new_aux)
 
-    runner, (o, a, aux, rew, done, valid, info) = jax.lax.scan(body, runner, None,
-                                                               length=n_steps)
-    return runner, Trajectory(obs=o, action=a, aux=aux, reward=rew, done=done, valid=valid,
-                              info=info, last_obs=runner.obs)
+    # each trial's key splits as a run's alone does
+    return scan_rollout(venv, runner, params, n_steps, choose, jax.vmap(split_step_key))
 
 
 def _per_trial(tr: Trajectory, T: int, N: int) -> Trajectory:
