@@ -124,6 +124,57 @@ def test_cubic_fast_convergence_lowers_w_max():
     assert float(s.w_max[0]) == pytest.approx(60 * 1.7 / 2, rel=1e-4)  # §4.7
 
 
+def _ns3_cubic():
+    c = Cubic()
+    p = c.default_params(1).replace(reno_friendly=jnp.zeros(1, bool),
+                                    ns3_integer=jnp.ones(1, bool))
+    s, _ = c.init(p, jnp.full(1, RTT))
+    return c, p, s
+
+
+def test_cubic_ns3_mode_reduces_in_whole_segments():
+    """ns-3 TcpCubic::GetSsThresh: ssthresh = max(floor(0.7 segCwnd), 2) segments, from cwnd;
+    W_max = segCwnd, or floor(segCwnd (1 + beta) / 2) under fast convergence."""
+    c, p, s = _ns3_cubic()
+    s = s.replace(cwnd=jnp.full(1, 4.6 * MSS), ssthresh=jnp.full(1, 2 * MSS))
+    s, d = c.on_interval(s, mi(acked_pkts=3, lost_pkts=1, inflight_pkts=1), p)
+    assert pkts(d.cwnd) == pytest.approx(2.0)  # floor(4 x 0.7) = 2 (RFC: 0.7 x flight)
+    assert float(s.w_max[0]) == 4.0
+    assert not bool(s.in_epoch[0])  # the epoch restarts after recovery
+    c, p, s = _ns3_cubic()  # a later episode, below that W_max
+    s = s.replace(cwnd=jnp.full(1, 3 * MSS), ssthresh=jnp.full(1, 2 * MSS),
+                  w_max=jnp.full(1, 4.0), in_epoch=jnp.ones(1, bool))
+    s, d = c.on_interval(s, mi(acked_pkts=2, lost_pkts=1, inflight_pkts=1), p)
+    assert float(s.w_max[0]) == 2.0  # 3 < W_max 4: floor(3 x 1.7 / 2)
+    assert pkts(d.cwnd) == pytest.approx(2.0)  # max(floor(2.1), 2)
+
+
+def test_cubic_ns3_mode_truncated_target_plateaus_at_w_max():
+    """ns-3 TcpCubic::Update truncates C |t - K|^3 to whole segments: within cbrt(1 / C) =
+    1.36 s either side of K the target is W_max itself, so a small window climbs straight back
+    to W_max (at most 1.5x per RTT) and holds there, where the RFC's curve is still concave."""
+    c, p, s = _ns3_cubic()
+    s = s.replace(cwnd=jnp.full(1, 10 * MSS), ssthresh=jnp.full(1, 5 * MSS))
+    s, d = c.on_interval(s, mi(acked_pkts=9, lost_pkts=1, inflight_pkts=10), p)
+    assert pkts(d.cwnd) == pytest.approx(7.0)
+    k = np.cbrt((10 - 7) / 0.4)  # 1.96 s
+    t, seen = 0.0, []
+    for _ in range(int((k + 1.3) / RTT)):
+        w = pkts(s.cwnd)
+        s, d = c.on_interval(s, mi(acked_pkts=w, inflight_pkts=w), p)
+        t += RTT
+        seen.append(pkts(d.cwnd))
+        # Never a segment past the plateau before K + 1.36 s (at it: one per 100 windows).
+        assert pkts(d.cwnd) < 11.0
+    # Back at W_max = 10 well before K (the RFC's W_cubic(t) is below 9.9 until t = 1.5 s).
+    first = next(i for i, w in enumerate(seen) if w >= 10.0 - 1e-3)
+    assert (first + 1) * RTT < k - 1.36 + 0.3
+    for _ in range(int(1.0 / RTT)):  # past K + 1.36 s the convex side adds whole segments
+        w = pkts(s.cwnd)
+        s, d = c.on_interval(s, mi(acked_pkts=w, inflight_pkts=w), p)
+    assert pkts(d.cwnd) >= 11.0
+
+
 def test_cubic_reno_friendly_region_at_short_rtt():
     """§4.3: at a small BDP the Reno-friendly estimate dominates the (slow) cubic growth."""
     c = Cubic()

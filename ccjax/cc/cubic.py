@@ -68,6 +68,7 @@ class CubicParams(struct.PyTreeNode):
     max_rto_s: jnp.ndarray  # (F,) RFC 6298 §2.5: 60 s
     hystart: jnp.ndarray  # (F,) bool: HyStart's delay test ends slow start (Linux, ns-3 default)
     hystart_low_window: jnp.ndarray  # (F,) packets: no HyStart below this window (Linux: 16)
+    ns3_integer: jnp.ndarray  # (F,) bool: ns-3 TcpCubic's whole-segment arithmetic (see below)
 
 
 #: HyStart's delay threshold bounds (Linux tcp_cubic.c HYSTART_DELAY_MIN/MAX, ns-3 defaults)
@@ -84,6 +85,7 @@ class CubicState(struct.PyTreeNode):
     in_epoch: jnp.ndarray  # (F,) bool: a congestion-avoidance stage has started
     w_est: jnp.ndarray  # (F,) packets: Reno-friendly estimate (§4.3)
     cwnd_prior: jnp.ndarray  # (F,) packets: cwnd before the last reduction (§4.6)
+    origin: jnp.ndarray  # (F,) packets: the plateau of this epoch (ns-3 mode: m_bicOriginPoint)
     ep: Episodes
 
 
@@ -106,7 +108,8 @@ class Cubic:
         return CubicParams(c=full(0.4), beta=full(0.7), fast_convergence=full(True, bool),
                            reno_friendly=full(True, bool), init_cwnd_pkts=full(10.0),
                            mi_rtts=full(1.0), min_rto_s=full(1.0), max_rto_s=full(60.0),
-                           hystart=full(True, bool), hystart_low_window=full(16.0))
+                           hystart=full(True, bool), hystart_low_window=full(16.0),
+                           ns3_integer=full(False, bool))
 
     def _decide(self, cwnd: jnp.ndarray, srtt: jnp.ndarray, params: CubicParams) -> Decision:
         # Window-based: pace at cwnd/srtt (rate 0), at most cwnd in flight; one MI per RTT.
@@ -118,7 +121,7 @@ class Cubic:
         z = jnp.zeros_like(cwnd)
         state = CubicState(cwnd=cwnd, ssthresh=jnp.full_like(cwnd, SSTHRESH_INIT), w_max=z, k=z,
                            epoch_start=z, in_epoch=jnp.zeros(cwnd.shape, bool), w_est=z,
-                           cwnd_prior=z, ep=Episodes.start(rtt))
+                           cwnd_prior=z, origin=z, ep=Episodes.start(rtt))
         return state, self._decide(cwnd, rtt, params)
 
     def on_interval(self, state: CubicState, stats: MIStats, params: CubicParams):
@@ -198,8 +201,84 @@ class Cubic:
 
         ssthresh = jnp.where(ev.loss | ev.timeout, ssthresh_red,
                              jnp.where(hy_exit, cwnd, state.ssthresh))
+        origin = jnp.where(ca, jnp.maximum(w_max, w), state.origin)
+
+        # --- ns-3.37 TcpCubic's arithmetic (``ns3_integer``), the reference ccjax is compared
+        # with in docs/validation.md; see ``_ns3``.
+        n3 = self._ns3(state, stats, p, ev, w, acked, in_ss, ss_cwnd, grow)
+        sel = p.ns3_integer
+        cwnd_new = jnp.where(sel, n3["cwnd"], cwnd_new)
+        ssthresh = jnp.where(sel, jnp.where(ev.loss | ev.timeout, n3["ssthresh"],
+                                            jnp.where(hy_exit, cwnd, state.ssthresh)), ssthresh)
+        w_max = jnp.where(sel, n3["w_max"], w_max)
+        k = jnp.where(sel, n3["k"], k)
+        epoch_start = jnp.where(sel, n3["epoch_start"], epoch_start)
+        in_epoch = jnp.where(sel, n3["in_epoch"], in_epoch)
+        origin = jnp.where(sel, n3["origin"], origin)
+
         cwnd_new = jnp.clip(cwnd_new, MSS, MAX_CWND)
         new = CubicState(cwnd=cwnd_new, ssthresh=ssthresh, w_max=w_max, k=k,
                          epoch_start=epoch_start, in_epoch=in_epoch, w_est=w_est,
-                         cwnd_prior=cwnd_prior, ep=ep)
+                         cwnd_prior=cwnd_prior, origin=origin, ep=ep)
         return new, self._decide(cwnd_new, stats.srtt, p)
+
+    @staticmethod
+    def _ns3(state: CubicState, stats: MIStats, p: CubicParams, ev, w, acked, in_ss, ss_cwnd,
+             grow) -> dict:
+        """ns-3.37 TcpCubic (``IncreaseWindow``, ``Update``, ``GetSsThresh``), per MI.
+
+        What it does differently from the RFC, read in its source:
+
+        * windows are whole segments (``segCwnd``), ``m_lastMaxCwnd`` (W_max) an integer:
+          ``floor(segCwnd (1 + beta) / 2)`` under fast convergence, and ssthresh
+          ``max(floor(segCwnd beta), 2)`` segments, from cwnd (not FlightSize);
+        * the epoch starts at the first congestion-avoidance ACK after recovery, with
+          ``K = cbrt((W_max - segCwnd) / C)`` and origin W_max, or K = 0 and origin segCwnd when
+          the window is already at or above W_max;
+        * the target is ``origin -+ floor(C |t + min_rtt - K|^3)``: the cubic offset truncated
+          to whole segments, so within cbrt(1/C) = 1.36 s either side of K the target is the
+          origin itself; below it the window closes the gap at one segment per
+          ``cnt = max(floor(segCwnd / (target - segCwnd)), 2)`` ACKs (at most 1.5x per RTT),
+          at or above it one per ``100 segCwnd`` ACKs;
+        * with no W_max (before the first loss and after a timeout, ``CubicReset``) cnt is at
+          most 20.
+
+        Per MI, the per-ACK steps are summed: with the window w nearly constant over the MI,
+        closing a gap g at one segment per w / g ACKs leaves ``g exp(-A / w)`` after A ACKs;
+        ``(g + 0.5)(1 - exp(-A / w))`` (at most g) is that with the last segment counted whole,
+        as ns-3's integer steps reach the target (g = 1 is closed after w ACKs).
+        """
+        seg = jnp.floor(w + 1e-4)
+        a = acked / MSS
+        last_max = state.w_max  # m_lastMaxCwnd; 0 = unset
+        ca = grow & ~in_ss & (a > 0)
+        fresh = ca & ~state.in_epoch
+        k = jnp.where(fresh, jnp.where(last_max > seg, cubic_k(last_max, seg, p.c), 0.0),
+                      state.k)
+        origin = jnp.where(fresh, jnp.maximum(last_max, seg), state.origin)
+        # The epoch began with the MI's first ACK of new data (ns-3: the first IncreaseWindow
+        # after recovery); the share of the MI's ACKs that were new dates it.
+        new_share = jnp.clip(acked / jnp.maximum(stats.acked_bytes, 1.0), 0.0, 1.0)
+        epoch_start = jnp.where(fresh, ev.now - stats.duration_s * new_share,
+                                state.epoch_start)
+        t = ev.now - epoch_start + stats.min_rtt  # Update(): t = now + m_delayMin - epochStart
+        delta = jnp.floor(p.c * jnp.abs(t - k) ** 3)
+        target = jnp.where(t < k, origin - delta, origin + delta)
+        gap = target - w
+        closing = jnp.minimum(gap, (gap + 0.5) * (1.0 - jnp.exp(-a / w)))
+        n = jnp.where(target > seg, jnp.maximum(closing, 0.0), a / (100.0 * seg))
+        n = jnp.where(last_max <= 0, jnp.maximum(n, a / 20.0), n)  # m_cntClamp
+        n = jnp.minimum(n, a / 2.0)  # cnt >= 2
+        cwnd = jnp.where(grow, jnp.where(in_ss, ss_cwnd, (w + jnp.where(ca, n, 0.0)) * MSS),
+                         w * MSS)
+        # GetSsThresh: W_max with fast convergence, ssthresh from the window, whole segments.
+        lm = jnp.where(p.fast_convergence & (seg < last_max), jnp.floor(seg * (1.0 + p.beta) / 2.0),
+                       seg)
+        ssthresh = jnp.maximum(jnp.floor(seg * p.beta), 2.0) * MSS
+        cwnd = jnp.where(ev.loss, ssthresh, cwnd)
+        cwnd = jnp.where(ev.timeout, MSS, cwnd)
+        w_max = jnp.where(ev.timeout, 0.0, jnp.where(ev.loss, lm, last_max))  # CubicReset
+        # A reduction ends the epoch (m_epochStart = Time::Min()); the next starts after recovery.
+        in_epoch = jnp.where(ev.loss | ev.timeout, False, state.in_epoch | fresh)
+        return dict(cwnd=cwnd, ssthresh=ssthresh, w_max=w_max, k=k, epoch_start=epoch_start,
+                    in_epoch=in_epoch, origin=origin)
