@@ -386,6 +386,36 @@ def as_records(rows: Iterable[Comparison]) -> list[dict]:
             for r in rows]
 
 
+def ns3_from_records(scenarios: Sequence[Scenario], path) -> list[tuple[Measured, Spread]]:
+    """ns-3's seed averages and spreads for ``scenarios``, read from a report's JSON
+    (``as_records``) instead of rerun: ns-3 is deterministic for a given build and seed, so this
+    lets the ccjax side be regenerated alone. Every scenario must be there."""
+    import json
+    from pathlib import Path
+
+    from ccjax.errors import ConfigError
+
+    try:
+        recs = json.loads(Path(path).read_text())["rows"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"--ns3-from {path}: not a validation report's JSON ({e})") from None
+    by_key = {}
+    for r in recs:
+        sc = Scenario(**{**r["scenario"], "rtt_ms": tuple(r["scenario"]["rtt_ms"])})
+        by_key[(sc.name, sc.duration_s)] = r
+    missing = [sc.name for sc in scenarios if (sc.name, sc.duration_s) not in by_key]
+    if missing:
+        raise ConfigError(f"--ns3-from {path}: no ns-3 rows for {len(missing)} scenario(s), "
+                          f"e.g. {missing[0]!r}; allowed: a report of the same matrix and "
+                          f"duration")
+    out = []
+    for sc in scenarios:
+        r = by_key[(sc.name, sc.duration_s)]
+        sp = r.get("ns3_spread") or {}
+        out.append((Measured(**r["ns3"]), Spread(**sp) if sp else Spread(0.0, 0.0, 0.0)))
+    return out
+
+
 def summary_counts(rows: Sequence[Comparison]) -> dict[str, float]:
     keys = sorted({k for r in rows for k in r.checks})
     return {k: sum(r.checks.get(k, True) for r in rows) / max(len(rows), 1) for k in keys} | {
@@ -395,5 +425,6 @@ def summary_counts(rows: Sequence[Comparison]) -> dict[str, float]:
 __all__ = [
     "Scenario", "Measured", "Spread", "average", "Comparison", "full_matrix", "ci_matrix",
     "run_ccjax", "run_ns3", "compare", "validate", "markdown_table", "as_records",
+    "ns3_from_records",
     "summary_counts", "rtt_order_preserved",
 ]

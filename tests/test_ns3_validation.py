@@ -40,3 +40,22 @@ def test_ns3_and_ccjax_agree_on_newreno_basics(rows):
         "newreno", 1, 10.0, (40.0,), 1.0, 0.0).name)
     assert r.ns3.utilization > 0.95 and r.ccjax.utilization > 0.95
     assert r.ok
+
+
+def test_ns3_rows_read_back_from_a_report(tmp_path):
+    """``--ns3-from``: a report's JSON gives back the ns-3 side it was written with, and a
+    scenario it lacks is a one-line error."""
+    import json
+
+    from ccjax.errors import ConfigError
+
+    a, b = v.ci_matrix(30.0)[:2]
+    ref = v.Measured(0.9, 12.0, 0.004, [4.5, 4.4], 1.0)
+    sp = v.Spread(0.01, 0.5, 0.02, 0.003, 0.005)
+    rows = [v.compare(a, ref, ref, sp)]
+    path = tmp_path / "validation.json"
+    path.write_text(json.dumps({"rows": v.as_records(rows)}))
+    (got, got_sp), = v.ns3_from_records([a], path)
+    assert got == ref and got_sp == sp
+    with pytest.raises(ConfigError, match="no ns-3 rows for 1 scenario"):
+        v.ns3_from_records([a, b], path)
