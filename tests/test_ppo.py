@@ -56,6 +56,28 @@ def test_log_std_bounds_hold_the_policy_std():
         assert got == pytest.approx(-9.0 if bounds is None else bounds[0])
 
 
+def test_log_std_past_a_bound_can_come_back():
+    """A ``log_std`` parameter pushed past a bound is projected back after each step, so the
+    std can still shrink: the actor clips the parameter, a clip passes no gradient, and before
+    the projection a parameter that went above the upper bound stayed there (measured: 0.006
+    after a 400-iteration Aurora run that began at 0, the presets' upper bound, so std 1 for
+    the whole run)."""
+    agent = PPO(hidden=(8,), pref_dim=0, n_epochs=4, n_minibatches=2, log_std_bounds=(-2.0, 0.0))
+    st = agent.init(jax.random.PRNGKey(0), 4, 1, PPOHyper.make(ent_start=0.0, ent_end=0.0))
+    st = st.replace(actor={"params": {**st.actor["params"], "log_std": jnp.full((1,), 0.01)}})
+    n = 256
+    obs = jax.random.normal(jax.random.PRNGKey(1), (1, n, 4))
+    action, aux = agent.act(st, obs[0], jax.random.PRNGKey(2), True)
+    # one-step episodes rewarding actions near the mean: the update should narrow the policy
+    batch = Trajectory(obs=obs, action=action[None], reward=-jnp.abs(action[None, :, 0]),
+                       done=jnp.ones((1, n), bool), valid=jnp.ones((1, n), bool),
+                       aux=jax.tree.map(lambda x: x[None], aux), info=None, last_obs=obs[0])
+    new, m = agent.update(st, batch, jax.random.PRNGKey(3))
+    log_std = float(new.actor["params"]["log_std"][0])
+    assert -2.0 <= log_std < 0.0
+    assert float(m.std) == pytest.approx(np.exp(log_std))
+
+
 def test_entropy_schedule_is_linear():
     agent = PPO()
     st = agent.init(jax.random.PRNGKey(0), 33, 1, PPOHyper.make(ent_iters=1000.0))

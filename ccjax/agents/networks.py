@@ -42,7 +42,9 @@ class GaussianActor(nn.Module):
     stable-baselines). Why: Adam moves ``log_std`` by about the step size whenever its gradient
     keeps one sign, and in MOCC's environment it climbed from 0 to ~2 (std 1 -> 7) whatever the
     entropy coefficient; with a std of 7 almost every sampled action saturates Eq. 1's rate
-    change. Outside the bounds the parameter gets no gradient, so the std stays at the bound."""
+    change. Outside the bounds the clip passes no gradient, so ``PPO.update`` projects the
+    parameter back inside after every step (else one step past a bound would fix the std
+    there for good)."""
 
     action_dim: int = 1
     hidden: Sequence[int] = (64, 32)

@@ -189,6 +189,20 @@ class PPO:
         cf = mean((jnp.abs(ratio - 1) > clip).astype(jnp.float32))
         return total, (p_loss, v_loss, ent, kl, cf)
 
+    def _project(self, params: tuple[dict, dict]) -> tuple[dict, dict]:
+        """Keep the actor's ``log_std`` parameter inside ``log_std_bounds`` after every step
+        (projected gradient descent). The actor clips it too, and a clip passes no gradient: a
+        parameter that one step pushed past a bound would stay there for good. It starts at 0,
+        the upper bound of the presets, so the entropy bonus's first step froze the std at 1
+        for the rest of every run (measured: log_std 0.006 after 400 Aurora iterations, std 1
+        throughout), and the policy could never narrow its exploration."""
+        if self.log_std_bounds is None:
+            return params
+        actor, critic = params
+        p = actor["params"]
+        p = {**p, "log_std": jnp.clip(p["log_std"], *self.log_std_bounds)}
+        return {**actor, "params": p}, critic
+
     def update(self, state: PPOState, batch: Trajectory, key: jnp.ndarray
                ) -> tuple[PPOState, PPOMetrics]:
         h = state.hyper
@@ -228,17 +242,14 @@ class PPO:
                 params, opt = carry
                 (_, aux), g = grad_fn(params, mb, ent_coef, clip, h)
                 upd, opt = tx.update(g, opt, params)
-                return (optax.apply_updates(params, upd), opt), aux
+                return (self._project(optax.apply_updates(params, upd)), opt), aux
 
             return jax.lax.scan(step, (params, opt), mbs)
 
         (params, opt), auxs = jax.lax.scan(epoch, ((state.actor, state.critic), opt),
                                            jax.random.split(key, self.n_epochs))
         p_loss, v_loss, ent, kl, cf = jax.tree.map(jnp.mean, auxs)
-        log_std = params[0]["params"]["log_std"]
-        if self.log_std_bounds is not None:
-            log_std = jnp.clip(log_std, *self.log_std_bounds)
-        std = jnp.exp(log_std).mean()  # the std the policy samples with
+        std = jnp.exp(params[0]["params"]["log_std"]).mean()  # the std the policy samples with
         new = state.replace(actor=params[0], critic=params[1], opt=opt,
                             iteration=state.iteration + 1)
         return new, PPOMetrics(policy_loss=p_loss, value_loss=v_loss, entropy=ent,
