@@ -465,7 +465,12 @@ def test_steps_are_static_groups_and_seeds_batch_together(crashed_and_resumed):
         # both seeds of a step trained in one batch: one compiled program, vmapped
         assert len({final[t.id]["batch"] for t in trials}) == 1
         assert {final[t.id]["batch_size"] for t in trials} == {2}
+        # and their chosen states share one checkpoint, a slot each
+        refs = [json.loads(final[t.id]["metrics"])["checkpoint"] for t in trials]
+        assert len({r["batch"] for r in refs}) == 1
+        assert sorted(r["slot"] for r in refs) == [0, 1]
     assert len({final[t.id]["batch"] for t in spec.trials}) == 2
+    assert len(list((k["out"] / "batches").iterdir())) == 2
 
 
 def test_resume_after_a_crash_reruns_only_the_unfinished_group(crashed_and_resumed):

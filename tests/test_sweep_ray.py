@@ -170,8 +170,10 @@ def test_ray_records_each_trial_once_with_the_local_numbers(sweeps):
             assert all(_same(ra[k], rb[k]) for k in ra if k != "wall_s"), (ra, rb)
         tdir = d / "ray" / "trials" / t.id
         if row["status"] == "done":
-            # the worker's checkpoint and policy, written here by the driver
-            assert sorted(p.name for p in tdir.iterdir()) == ["checkpoint", "policy"]
+            # the worker's policy and its batch's checkpoint, written here by the driver
+            assert sorted(p.name for p in tdir.iterdir()) == ["policy"]
+            ref_ck = json.loads(row["metrics"])["checkpoint"]
+            assert (d / "ray" / "batches" / ref_ck["batch"] / "checkpoint").is_dir()
             rdir = refdir / "trials" / t.id
             pa = np.load(tdir / "policy" / "policy.npz")
             pb = np.load(rdir / "policy" / "policy.npz")
@@ -280,26 +282,31 @@ def test_worker_resources_one_gpu_each_else_cpus():
 
 
 def test_model_files_round_trip_and_stay_inside(tmp_path):
-    from ccjax.sweep.record import pack_dir, write_model_files
+    from ccjax.sweep.record import BATCH_DIRS, pack_dir, write_model_files
 
     src = tmp_path / "src"
-    (src / "checkpoint" / "1" / "state").mkdir(parents=True)
-    (src / "checkpoint" / "1" / "state" / "data").write_bytes(b"\x00\x01")
-    (src / "checkpoint" / "empty").mkdir()
-    (src / "policy").mkdir()
+    (src / "policy" / "sub").mkdir(parents=True)
+    (src / "policy" / "sub" / "data").write_bytes(b"\x00\x01")
+    (src / "policy" / "empty").mkdir()
     (src / "policy" / "policy.json").write_text("{}")
     files = pack_dir(src)
-    assert files == {"checkpoint/1/state/data": b"\x00\x01", "checkpoint/empty/": b"",
+    assert files == {"policy/sub/data": b"\x00\x01", "policy/empty/": b"",
                      "policy/policy.json": b"{}"}
     dest = tmp_path / "trial"
     (dest / "policy").mkdir(parents=True)
     (dest / "policy" / "stale.npz").write_bytes(b"old")  # what a killed run left: replaced
     write_model_files(dest, files)
     assert pack_dir(dest) == files
-    assert sorted(p.name for p in dest.iterdir()) == ["checkpoint", "policy"]
-    for bad in ("../x", "/etc/x", "other/x", "policy/../../x"):
+    assert sorted(p.name for p in dest.iterdir()) == ["policy"]
+    for bad in ("../x", "/etc/x", "other/x", "policy/../../x", "checkpoint/x"):
         with pytest.raises(ValueError, match="is invalid"):
             write_model_files(dest, {bad: b""})
+    # a batch's directory takes its checkpoint and nothing else
+    ck = {"checkpoint/1/state/data": b"\x00\x01", "checkpoint/empty/": b""}
+    write_model_files(tmp_path / "batch", ck, BATCH_DIRS)
+    assert pack_dir(tmp_path / "batch") == ck
+    with pytest.raises(ValueError, match="is invalid"):
+        write_model_files(tmp_path / "batch", {"policy/policy.json": b"{}"}, BATCH_DIRS)
 
 
 class _FakeRay:

@@ -6,8 +6,11 @@ Layout of ``DIR``::
     sweep.json               the spec as expanded (name, preset, axes, trial ids)
     curves/<id>.parquet      per trial, one row per iteration (training metrics; eval_* columns
                              at the iterations where the trial was evaluated)
-    trials/<id>/checkpoint/  orbax: the trial's best evaluated agent state (ccjax.train.store)
-    trials/<id>/policy/      that actor exported (policy.json, policy.npz) for `ccjax eval`
+    batches/<key>/checkpoint/  orbax: the chosen agent states of a batch's finished trials,
+                             stacked along a trial axis (ccjax.sweep.record.BatchCheckpoint);
+                             a trial's metrics name its batch key and slot (``checkpoint``)
+    trials/<id>/policy/      the trial's chosen actor exported (policy.json, policy.npz) for
+                             `ccjax eval`
 
 Ledger schema (table ``trials``, one row per trial, primary key ``id``)::
 
@@ -28,12 +31,12 @@ Ledger schema (table ``trials``, one row per trial, primary key ``id``)::
 plus ``meta`` (key, value): the spec and when the sweep was created.
 
 The resume guarantee. Every change of a trial's row is one transaction. A trial becomes
-``done`` only after its curve, checkpoint and policy are on disk (each written to a temporary
-name and renamed, so a reader never sees half a file); a kill before that leaves it ``running``,
-and a resumed sweep turns ``running`` back into ``pending`` and trains it again, replacing
-whatever partial files it had. ``done`` and ``failed`` trials are never rerun. Rows are keyed by
-the trial id and inserted with ``INSERT OR IGNORE``, so no trial appears twice however often the
-sweep is resumed.
+``done`` only after its batch's checkpoint, its curve and its policy are on disk (each written
+to a temporary name and renamed, so a reader never sees half a file); a kill before that leaves
+it ``running``, and a resumed sweep turns ``running`` back into ``pending`` and trains it again,
+replacing whatever partial files it had. ``done`` and ``failed`` trials are never rerun. Rows are
+keyed by the trial id and inserted with ``INSERT OR IGNORE``, so no trial appears twice however
+often the sweep is resumed.
 """
 
 from __future__ import annotations

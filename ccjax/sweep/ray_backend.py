@@ -15,8 +15,9 @@ batch size (``Group.plan_batch``), so the automatic rule reads the memory of the
 will run the batches, not the driver's.
 
 Who writes. A worker writes nothing the driver reads: it returns each trial's
-``TrialOutcome`` (curve rows, metrics, timings, and for a finished trial its checkpoint and
-exported policy as bytes), so workers need not share the driver's filesystem. The driver alone
+``TrialOutcome`` (curve rows, metrics, timings, and for a finished trial its exported policy
+as bytes), after its finished trials' ``BatchCheckpoint`` (their states in one orbax
+checkpoint, as bytes), so workers need not share the driver's filesystem. The driver alone
 writes the store, with ``ccjax.sweep.record.record`` as the local backend does, and makes the
 same ledger transitions: a batch's trials become ``running`` when it is sent to a worker, and
 ``done`` or ``failed`` only once its outcomes are on disk. So resume is the same: a killed
@@ -149,7 +150,7 @@ def run(spec: Any, pending: dict[str, list[Any]], requested: int | None, ledger:
     """The Ray backend of ``run_sweep``: ``pending`` trials by group, trained on Ray workers
     and recorded into ``ledger`` / ``out`` here. Returns (batch records, group plans, where
     they ran)."""
-    from ccjax.sweep.record import record
+    from ccjax.sweep.record import TrialOutcome, record
     from ccjax.sweep.runner import begin_batch, cut_batches, plan_line
 
     ray = require_ray()
@@ -210,7 +211,8 @@ def run(spec: Any, pending: dict[str, list[Any]], requested: int | None, ledger:
                 say(line)
             for o in res["outcomes"]:
                 record(ledger, out, o)
-                bar.trial_done()
+                if isinstance(o, TrialOutcome):
+                    bar.trial_done()
             batches.append(res["rec"])
             bar.advance(1, f"batch {label} recorded")
             if callback is not None:

@@ -2,19 +2,30 @@
 
 Training a batch (``ccjax.sweep.runner.run_batch``) touches no store: every trial it finishes or
 fails becomes a ``TrialOutcome`` (its curve rows, final metrics, timings, and for a finished
-trial its checkpoint and exported policy as file bytes). The driver alone writes outcomes, with
-``record``, whichever backend trained them: the local one hands each outcome over as it comes,
-the Ray one (``ccjax.sweep.ray_backend``) gets a batch's outcomes back from a worker that need
-not share the driver's filesystem. So both backends write the same files through the same code.
+trial its exported policy as file bytes), and the batch's finished trials share one
+``BatchCheckpoint``: a single orbax checkpoint of their chosen agent states stacked along a
+trial axis, handed over before any of their outcomes. The driver alone writes them, with
+``record``, whichever backend trained them: the local one hands each over as it comes, the Ray
+one (``ccjax.sweep.ray_backend``) gets a batch's list back from a worker that need not share
+the driver's filesystem. So both backends write the same files through the same code.
 
-The order of ``record`` is the resume guarantee of ``ccjax.sweep.ledger``: the model files
-(each directory written under a temporary name and renamed into place), then the curve (a
-temporary file, renamed), and only then the ledger row in one transaction. A trial whose row
-says ``done`` has everything on disk; a kill before that leaves it ``running``, to be rerun.
+Why one checkpoint per batch: orbax's cost is per array written (measured on the 2-core CPU:
+about 20 ms per checkpoint plus 1 ms per array; a PPO state has about 60), so one checkpoint
+per trial cost 90-100 ms each, most of a vmapped batch's time outside its compiled programs.
+The stacked checkpoint writes each array once for the whole batch. A finished trial's metrics
+name its place in it (``checkpoint``: batch key and slot); ``ccjax.sweep.load_trial`` restores
+that slot.
+
+The order of ``record`` is the resume guarantee of ``ccjax.sweep.ledger``: the batch checkpoint
+first, then per trial its policy (each directory written under a temporary name and renamed
+into place), its curve (a temporary file, renamed), and only then its ledger row in one
+transaction. A trial whose row says ``done`` has everything on disk; a kill before that leaves
+it ``running``, to be rerun, in a batch of another key (the key hashes the trial ids).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -27,7 +38,9 @@ from ccjax.sweep.ledger import Ledger, write_curve
 #: the evaluation quantities a curve carries as ``eval_*`` columns
 EVAL_FIELDS = ("reward", "utilization", "latency_ratio", "loss_rate")
 #: the sub-directories of ``trials/<id>/`` a finished trial's files go to
-MODEL_DIRS = ("checkpoint", "policy")
+MODEL_DIRS = ("policy",)
+#: the sub-directory of ``batches/<key>/`` a batch checkpoint's files go to
+BATCH_DIRS = ("checkpoint",)
 
 
 @dataclass
@@ -36,8 +49,9 @@ class TrialOutcome:
 
     ``curve``: one row per iteration trained (training metrics, ``eval_*`` where it was
     evaluated); ``metrics``: what the ledger's metric columns take, with ``evals`` (the
-    evaluation history); ``files``: for a ``done`` trial, ``{"checkpoint/...": bytes,
-    "policy/...": bytes}`` relative to ``trials/<id>/``, else None."""
+    evaluation history, and for a ``done`` trial ``checkpoint``: where its state is in its
+    batch's checkpoint); ``files``: for a ``done`` trial, ``{"policy/...": bytes}`` relative to
+    ``trials/<id>/``, else None."""
 
     trial_id: str
     status: str  # done | failed
@@ -64,8 +78,31 @@ def make_outcome(trial_id: str, status: str, curve: list[dict[str, Any]],
     return TrialOutcome(trial_id, status, reason, rows, m, dict(timings), files)
 
 
-def record(ledger: Ledger, out: Path, o: TrialOutcome) -> None:
-    """Write one outcome into the sweep directory ``out``: model files, curve, ledger row."""
+@dataclass
+class BatchCheckpoint:
+    """The chosen agent states of a batch's finished trials, stacked along a leading trial axis
+    (slot ``k`` is ``trials[k]``), as the bytes of one orbax checkpoint
+    (``ccjax.train.store.Checkpoints``: ``state`` and ``progress`` with each slot's trial, seed,
+    point and metrics), for ``batches/<key>/``."""
+
+    key: str
+    trials: list[str]
+    files: dict[str, bytes] = field(repr=False)
+
+
+def batch_key(trial_ids: list[str]) -> str:
+    """A batch checkpoint's directory name: the same trials give the same key (a rerun after a
+    kill replaces what it left), other trials another (a finished trial's checkpoint is never
+    overwritten: a resumed sweep reruns only unfinished trials)."""
+    return "b" + hashlib.sha1(",".join(trial_ids).encode()).hexdigest()[:12]
+
+
+def record(ledger: Ledger, out: Path, o: TrialOutcome | BatchCheckpoint) -> None:
+    """Write one outcome into the sweep directory ``out``: a batch checkpoint; or a trial's
+    model files, curve and ledger row."""
+    if isinstance(o, BatchCheckpoint):
+        write_model_files(out / "batches" / o.key, o.files, BATCH_DIRS)
+        return
     if o.files:
         write_model_files(out / "trials" / o.trial_id, o.files)
     if o.curve:
@@ -87,21 +124,22 @@ def pack_dir(root: Path) -> dict[str, bytes]:
     return files
 
 
-def _safe(rel: str) -> PurePosixPath:
+def _safe(rel: str, dirs: tuple[str, ...]) -> PurePosixPath:
     p = PurePosixPath(rel)
-    if p.is_absolute() or ".." in p.parts or not p.parts or p.parts[0] not in MODEL_DIRS:
+    if p.is_absolute() or ".." in p.parts or not p.parts or p.parts[0] not in dirs:
         raise ValueError(f"model file path {rel!r} is invalid: relative, under one of "
-                         f"{', '.join(MODEL_DIRS)}, without '..'")
+                         f"{', '.join(dirs)}, without '..'")
     return p
 
 
-def write_model_files(d: Path, files: dict[str, bytes]) -> None:
-    """Unpack ``pack_dir``'s bytes into the trial directory ``d``: each of ``checkpoint/`` and
-    ``policy/`` is written whole under a temporary name and then renamed over what a killed
-    run may have left there."""
-    paths = {rel: _safe(rel) for rel in files}
+def write_model_files(d: Path, files: dict[str, bytes],
+                      dirs: tuple[str, ...] = MODEL_DIRS) -> None:
+    """Unpack ``pack_dir``'s bytes into the directory ``d`` (a trial's: ``policy/``; a batch's:
+    ``checkpoint/``): each sub-directory is written whole under a temporary name and then
+    renamed over what a killed run may have left there."""
+    paths = {rel: _safe(rel, dirs) for rel in files}
     d.mkdir(parents=True, exist_ok=True)
-    for sub in MODEL_DIRS:
+    for sub in dirs:
         mine = {rel: p for rel, p in paths.items() if p.parts[0] == sub}
         if not mine:
             continue
@@ -122,25 +160,37 @@ def write_model_files(d: Path, files: dict[str, bytes]) -> None:
         os.replace(tmp, d / sub)
 
 
-def model_files(group: Any, trial: Any, state: Any, metrics: dict[str, Any]
-                ) -> dict[str, bytes]:
-    """The trial's chosen agent state as an orbax checkpoint (``ccjax.train.store
-    .Checkpoints``) and its actor exported for ``ccjax eval`` / deployment
-    (``ccjax.agents.export``), written in a private temporary directory and returned as
-    bytes: where they are trained need not be where they are stored."""
-    from ccjax.agents.export import save_policy
+def batch_checkpoint(trials: list[Any], states: Any, metrics: list[dict[str, Any]]
+                     ) -> BatchCheckpoint:
+    """One orbax checkpoint of ``states`` (the finished trials' chosen states, stacked, slot k
+    for ``trials[k]``) with each slot's trial, seed, point and metrics as its progress JSON,
+    written in a private temporary directory and returned as bytes: where a batch is trained
+    need not be where it is stored."""
     from ccjax.train.store import Checkpoints
+
+    ids = [t.id for t in trials]
+    slots = [{"trial": t.id, "seed": t.seed, "point": t.point,
+              **{k: v for k, v in m.items() if k not in ("evals", "landmarks", "checkpoint")}}
+             for t, m in zip(trials, metrics, strict=True)]
+    with tempfile.TemporaryDirectory(prefix="ccjax-batch-") as tmp:
+        root = Path(tmp)
+        ck = Checkpoints(root / "checkpoint", keep=1)
+        ck.save(max(int(m["iterations"]) for m in metrics), states, {"slots": slots})
+        ck.close()
+        return BatchCheckpoint(batch_key(ids), ids, pack_dir(root))
+
+
+def policy_files(group: Any, trial: Any, actor: Any) -> dict[str, bytes]:
+    """The trial's chosen actor exported for ``ccjax eval`` / deployment
+    (``ccjax.agents.export``), written in a private temporary directory and returned as
+    bytes."""
+    from ccjax.agents.export import save_policy
 
     s = group.setup
     with tempfile.TemporaryDirectory(prefix="ccjax-trial-") as tmp:
         root = Path(tmp)
-        ck = Checkpoints(root / "checkpoint", keep=1)
-        ck.save(int(metrics["best_iteration"] or metrics["iterations"]), state,
-                {"trial": trial.id, "seed": trial.seed, "point": trial.point, **{
-                    k: v for k, v in metrics.items() if k not in ("evals", "landmarks")}})
-        ck.close()
         # a landmark-trained policy has no one preference (as `ccjax train` exports it)
         fixed = not group.schedule.uses_landmarks
-        save_policy(root / "policy", s.agent, state.actor, s.env, s.params, algo=trial.cfg.name,
+        save_policy(root / "policy", s.agent, actor, s.env, s.params, algo=trial.cfg.name,
                     preference=list(trial.preference) if s.agent.pref_dim and fixed else None)
         return pack_dir(root)

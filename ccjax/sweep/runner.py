@@ -21,7 +21,8 @@ evaluation (``landmarks``). Every trial records ``iter_99``, the first evaluated
 1% of its best evaluation, and ``train_99_s``, its batch's training wall time up to there.
 
 Backends. ``run_batch`` trains one batch and writes nothing: it hands every trial's end to a
-sink as a ``ccjax.sweep.record.TrialOutcome``. The local backend (the default) runs the batches
+sink as a ``ccjax.sweep.record.TrialOutcome``, after the ``BatchCheckpoint`` that holds its
+finished trials' states. The local backend (the default) runs the batches
 here one after another and records each outcome as it comes; ``backend="ray"``
 (``ccjax.sweep.ray_backend``) runs the same ``run_batch`` on Ray workers, one batch per worker,
 and records what they send back. Either way the driver alone writes the store, through
@@ -45,7 +46,15 @@ import numpy as np
 from ccjax.errors import ConfigError
 from ccjax.sweep.batch import Group
 from ccjax.sweep.ledger import Ledger
-from ccjax.sweep.record import EVAL_FIELDS, TrialOutcome, make_outcome, model_files, record
+from ccjax.sweep.record import (
+    EVAL_FIELDS,
+    BatchCheckpoint,
+    TrialOutcome,
+    batch_checkpoint,
+    make_outcome,
+    policy_files,
+    record,
+)
 from ccjax.sweep.spec import SweepSpec, Trial, load_spec
 from ccjax.train.store import Checkpoints, write_json
 
@@ -58,7 +67,7 @@ _EVAL_FIELDS = EVAL_FIELDS
 BACKENDS = ("local", "ray")
 
 Callback = Callable[[str, list[str]], None]
-Sink = Callable[[TrialOutcome], None]
+Sink = Callable[[TrialOutcome | BatchCheckpoint], None]
 
 
 def default_out(spec: SweepSpec) -> Path:
@@ -188,9 +197,10 @@ def _run_local(spec: SweepSpec, pending: dict[str, list[Trial]], requested: int 
     n_groups = len(spec.groups())
     gidx = {gid: i for i, gid in enumerate(spec.groups())}
 
-    def sink(o: TrialOutcome) -> None:
+    def sink(o: TrialOutcome | BatchCheckpoint) -> None:
         record(ledger, out, o)
-        bar.trial_done()
+        if isinstance(o, TrialOutcome):
+            bar.trial_done()
 
     for gid, trials in pending.items():
         group = Group(trials[0].cfg, spec.pool_seed)
@@ -261,8 +271,9 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
     """Train one batch of a group's trials (``size`` slots; fewer trials are padded) for the
     group's iterations and hand each trial's end to ``sink`` as a ``TrialOutcome``: a trial
     that diverges as soon as it is detected, the others after the final evaluation, with
-    their model files. Writes nothing itself, so it runs where the store is not (a Ray
-    worker). Returns the batch's record (sizes, counts, timings)."""
+    their policies, preceded by their states' ``BatchCheckpoint``. Writes nothing itself, so
+    it runs where the store is not (a Ray worker). Returns the batch's record (sizes, counts,
+    timings)."""
     bar = bar or _Bar(0, False)
     say = say or (lambda s: None)
     n_real = len(trials)
@@ -372,7 +383,7 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
         bar.advance(n, _info(curves, alive, n_real))
     final = evaluate(states, it) if alive[:n_real].any() else None
     timings = _timings(group, compile0, train_s, eval_s)
-    n_done = 0
+    done: list[tuple[int, dict[str, Any]]] = []
     for i in range(n_real):
         if not alive[i]:
             continue
@@ -387,12 +398,23 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
                        best_reward=float(best[i]), best_iteration=int(best_it[i]), iter_99=i99)
         if best_prefs[i]:
             metrics["landmarks"] = best_prefs[i]
-        state = jax.tree.map(lambda x, i=i: x[i], best_states)
-        files = model_files(group, trials[i], state, metrics)
-        mine = {**timings, "train_99_s": None if i99 is None else train_s_at[i99]}
-        sink(make_outcome(trials[i].id, "done", curves[i], evals[i], None, it, metrics, mine,
-                          files))
-        n_done += 1
+        done.append((i, metrics))
+    if done:
+        # the finished trials' chosen states, gathered once and fetched to the host once: one
+        # checkpoint for the batch (ccjax.sweep.record), then each trial's policy from it
+        idx = np.asarray([i for i, _ in done])
+        chosen = jax.device_get(jax.tree.map(lambda x: x[idx], best_states))
+        ck = batch_checkpoint([trials[i] for i, _ in done], chosen, [m for _, m in done])
+        sink(ck)
+        for k, (i, metrics) in enumerate(done):
+            metrics["checkpoint"] = {"batch": ck.key, "slot": k}
+            actor = jax.tree.map(lambda x, k=k: x[k], chosen.actor)
+            files = policy_files(group, trials[i], actor)
+            i99 = metrics["iter_99"]
+            mine = {**timings, "train_99_s": None if i99 is None else train_s_at[i99]}
+            sink(make_outcome(trials[i].id, "done", curves[i], evals[i], None, it, metrics,
+                              mine, files))
+    n_done = len(done)
     rec = {"batch": label, "trials": n_real, "size": size, "done": n_done,
            "failed": len(reasons), "compile_s": round(timings["compile_s"], 3),
            "train_s": round(train_s, 3), "eval_s": round(eval_s, 3),
@@ -446,10 +468,22 @@ def load_trial(sweep_dir: str | os.PathLike[str], trial_id: str) -> tuple[Any, A
     setup = build(cfg, 0)
     agent, hyper = make_agent(cfg)
     target = agent.init(jax.random.PRNGKey(0), setup.env.obs_dim, setup.env.action_dim, hyper)
-    ck = Checkpoints(d / "trials" / trial_id / "checkpoint", keep=1)
-    state, prog = ck.restore(target)
+    ref = json.loads(row["metrics"] or "{}").get("checkpoint")
+    if ref is None:  # a sweep recorded before batch checkpoints: one checkpoint per trial
+        ck = Checkpoints(d / "trials" / trial_id / "checkpoint", keep=1)
+        state, prog = ck.restore(target)
+        ck.close()
+        return cfg, state, prog
+    ck = Checkpoints(d / "batches" / ref["batch"] / "checkpoint", keep=1)
+    slots = ck.progress()["slots"]
+    stacked = jax.tree.map(lambda x: np.zeros((len(slots),) + x.shape, x.dtype), target)
+    state, _ = ck.restore(stacked)
     ck.close()
-    return cfg, state, prog
+    k = int(ref["slot"])
+    if slots[k]["trial"] != trial_id:
+        raise ConfigError(f"trial={trial_id!r} is invalid: slot {k} of batch checkpoint "
+                          f"{ref['batch']} holds trial {slots[k]['trial']!r}")
+    return cfg, jax.tree.map(lambda x: x[k], state), slots[k]
 
 
 class _Bar:

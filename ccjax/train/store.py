@@ -107,5 +107,11 @@ class Checkpoints:
             state=ocp.args.StandardRestore(target), progress=ocp.args.JsonRestore()))
         return out["state"], dict(out["progress"])
 
+    def progress(self, step: int | None = None) -> dict[str, Any]:
+        """The progress JSON alone (no array is read)."""
+        step = self.latest() if step is None else step
+        out = self.mngr.restore(step, args=ocp.args.Composite(progress=ocp.args.JsonRestore()))
+        return dict(out["progress"])
+
     def close(self) -> None:
         self.mngr.close()
