@@ -168,7 +168,8 @@ def bench_sweep(spec: str = "ppo-mocc-hparams", trials: int = 64, iters: int = 1
     backend does): as vmapped batches (``batch`` trials each; default the spec's, else from
     device memory) and one after another (batch size 1: each trial alone, its program
     compiled once and reused). Every trial is ``iters`` iterations (and ``envs``
-    environments, if given) and ends with its evaluation and checkpoint, as in a sweep.
+    environments, if given) and ends with its evaluation, its batch's checkpoint and its
+    policy, as in a sweep.
 
     Each side first trains its first batch once untimed (results discarded): that compiles
     every program and pays every other one-time cost (small helper programs, first-use

@@ -454,8 +454,8 @@ def _add_sweep(sub) -> None:
         description="Expand a sweep spec (sweeps/*.toml, or a path) into trials and train them "
         "in compiled batches (trials that differ only in hyperparameters, seed and preference "
         "share one program), recording each in DIR/ledger.sqlite with its curve "
-        "(DIR/curves/<id>.parquet), checkpoint and policy. --resume continues a killed sweep: "
-        "finished trials are not rerun.")
+        "(DIR/curves/<id>.parquet) and policy, and its batch's checkpoint. --resume continues "
+        "a killed sweep: finished trials are not rerun.")
     p.add_argument("spec", help="a spec name (sweeps/) or a TOML path")
     p.add_argument("--out", help="sweep directory (default runs/sweeps/<name>)")
     p.add_argument("--batch", type=int, help="trials per compiled batch (default: the spec's "
