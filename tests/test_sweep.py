@@ -682,3 +682,20 @@ def test_shipped_landmark_spec():
         st = line.strip()
         if "=" in st and not st.startswith(("#", "name", "description", "algo", "omega")):
             assert "#" in st, f"no reason given for {st!r}"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in presets_dir().glob("*.toml")))
+def test_every_shipped_spec_loads_and_gives_its_reasons(name):
+    """Each spec in sweeps/ expands into trials and static groups, and every value it
+    sets says why (a line opening a multi-line axis is exempt; its entries are not)."""
+    from ccjax.sweep.spec import presets_dir
+
+    s = load_spec(name)
+    assert s.trials and s.groups()
+    for t in s.trials:
+        assert t.cfg.train["iters"] >= 1 and t.cfg.name
+    for line in (presets_dir() / f"{name}.toml").read_text().splitlines():
+        st = line.strip()
+        if ("=" in st and not st.startswith(("#", "name", "description", "algo"))
+                and not st.endswith("[")):
+            assert "#" in st, f"{name}: no reason given for {st!r}"
