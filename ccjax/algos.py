@@ -27,6 +27,9 @@ from ccjax.errors import ConfigError
 #: ``train.anneal``: the step size and clip range stay constant, or fall linearly to 0 over the
 #: run (stable-baselines PPO1's ``schedule``; ``ccjax.agents.ppo.with_anneal``)
 ANNEAL_MODES = ("constant", "linear")
+#: agent.adv_norm: advantages normalised over the batch (PPO1) or per preference
+#: (ccjax.agents.ppo.PPO.normalise)
+ADV_NORMS = ("batch", "preference")
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -49,6 +52,7 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
         "log_std_bounds": (list, lambda v: len(v) == 2
                            and all(isinstance(x, _NUM) and not isinstance(x, bool)
                                    and math.isfinite(x) for x in v) and v[0] < v[1]),
+        "adv_norm": (str, lambda v: v in ADV_NORMS),
     },
     "hyper": {
         "lr": (_NUM, lambda v: v > 0),
@@ -112,6 +116,7 @@ _ALLOWED = {
     "lam": "in [0, 1]",
     "hidden": "a list of positive integers",
     "log_std_bounds": "[low, high] with low < high (natural log of the std)",
+    "adv_norm": ", ".join(ADV_NORMS),
     "preference": "three weights",
     "anneal": ", ".join(ANNEAL_MODES),
 }

@@ -113,6 +113,45 @@ def test_bad_anneal_mode_is_a_config_error():
         load_algo("ppo-mocc", {"train.anneal": "cosine"})
 
 
+def test_advantages_normalised_per_preference_or_per_batch():
+    """adv_norm = "preference": each group of environments sharing a preference gets zero mean
+    and unit deviation over its valid steps, whatever the other groups' scale; "batch" (PPO1)
+    pools all; invalid steps count in neither."""
+    rng = np.random.default_rng(0)
+    T, N = 6, 5
+    prefs = np.asarray([[0.8, 0.1, 0.1], [0.1, 0.8, 0.1], [0.8, 0.1, 0.1], [0.1, 0.8, 0.1],
+                        [0.3, 0.3, 0.4]], np.float32)
+    obs = np.concatenate([np.broadcast_to(prefs, (T, N, 3)),
+                          rng.normal(size=(T, N, 30)).astype(np.float32)], -1)
+    scale = np.asarray([10.0, 0.01, 10.0, 0.01, 1.0])  # group scales 1000x apart
+    adv = (rng.normal(size=(T, N)) * scale + 5 * scale).astype(np.float32)
+    valid = np.ones((T, N), np.float32)
+    valid[0, 1] = valid[3, 4] = 0.0
+    adv[0, 1] = 1e6  # an invalid step: must not move its group's statistics
+    out = np.asarray(PPO(adv_norm="preference").normalise(jnp.asarray(adv), jnp.asarray(valid),
+                                                          jnp.asarray(obs)))
+    for group in ([0, 2], [1, 3], [4]):
+        x, m = out[:, group].ravel(), valid[:, group].ravel() > 0
+        assert x[m].mean() == pytest.approx(0.0, abs=1e-4)
+        assert x[m].std() == pytest.approx(1.0, rel=1e-3)
+    pooled = np.asarray(PPO().normalise(jnp.asarray(adv), jnp.asarray(valid), jnp.asarray(obs)))
+    m = valid > 0
+    assert pooled[m].mean() == pytest.approx(0.0, abs=1e-4)
+    assert pooled[m].std() == pytest.approx(1.0, rel=1e-3)
+    # pooled, the small-scale group's advantages are all but equal: its ranking is lost
+    assert pooled[:, [1, 3]][m[:, [1, 3]]].std() < 1e-2
+    # a policy without a preference input has one group: the batch
+    np.testing.assert_allclose(PPO(adv_norm="preference", pref_dim=0).normalise(
+        jnp.asarray(adv), jnp.asarray(valid), jnp.asarray(obs)), pooled, rtol=1e-6)
+
+
+def test_bad_adv_norm_is_a_config_error():
+    with pytest.raises(ConfigError, match="agent.adv_norm='env' is invalid.*batch, preference"):
+        load_algo("ppo-mocc", {"agent.adv_norm": "env"})
+    with pytest.raises(ConfigError, match="adv_norm='env' is invalid"):
+        PPO(adv_norm="env")
+
+
 def test_gae_passes_through_steps_without_a_completed_mi():
     agent = PPO()
     T = 4

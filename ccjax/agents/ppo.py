@@ -19,7 +19,8 @@ from flax import struct
 
 from ccjax.agents.base import Trajectory
 from ccjax.agents.networks import Critic, GaussianActor
-from ccjax.algos import ANNEAL_MODES
+from ccjax.algos import ADV_NORMS, ANNEAL_MODES
+from ccjax.errors import ConfigError
 
 
 class PPOHyper(struct.PyTreeNode):
@@ -97,7 +98,13 @@ class PPO:
     max_grad_norm: float = 0.5
     adam_eps: float = 1e-5
     log_std_bounds: tuple[float, float] | None = None  # networks.GaussianActor
+    adv_norm: str = "batch"  # ccjax.algos.ADV_NORMS: the whole batch (PPO1), or per preference
     name: str = "ppo"
+
+    def __post_init__(self) -> None:
+        if self.adv_norm not in ADV_NORMS:
+            raise ConfigError(f"adv_norm={self.adv_norm!r} is invalid: one of "
+                              f"{', '.join(ADV_NORMS)}")
 
     @property
     def actor_net(self) -> GaussianActor:
@@ -203,6 +210,30 @@ class PPO:
         p = {**p, "log_std": jnp.clip(p["log_std"], *self.log_std_bounds)}
         return {**actor, "params": p}, critic
 
+    def normalise(self, adv: jnp.ndarray, valid: jnp.ndarray, obs: jnp.ndarray) -> jnp.ndarray:
+        """Advantages (T, N) to zero mean and unit deviation over the valid steps.
+
+        ``adv_norm = "batch"``: one mean and deviation for the whole batch, as PPO1 (MOCC's
+        learner). ``"preference"``: one per preference, over the environments that share it
+        (an environment keeps its preference for a whole iteration, so its first observation's
+        ``w`` names its group). Why: with every landmark in one batch, a latency-weighted
+        landmark's rewards vary far less than a throughput-weighted one's, so one batch-wide
+        scale leaves its advantages near zero and its policy to be set by the other landmarks'
+        gradients; a scale per preference gives every landmark the same weight in the update,
+        as per-task normalisation does in multi-task RL (PopArt, Hessel et al., AAAI 2019).
+        A policy without a preference input (Aurora) has one group: the batch."""
+        if self.adv_norm == "batch" or not self.pref_dim:
+            n = jnp.maximum(valid.sum(), 1.0)
+            mu = (adv * valid).sum() / n
+            sd = jnp.sqrt(((adv - mu) ** 2 * valid).sum() / n) + 1e-8
+            return (adv - mu) / sd
+        pw = obs[0, :, : self.pref_dim]  # (N, 3): each environment's preference
+        same = jnp.all(pw[:, None, :] == pw[None, :, :], -1).astype(jnp.float32)  # (N, N)
+        n = jnp.maximum(same @ valid.sum(0), 1.0)  # per environment: its group's valid steps
+        mu = same @ (adv * valid).sum(0) / n
+        var = same @ ((adv - mu) ** 2 * valid).sum(0) / n
+        return (adv - mu) / (jnp.sqrt(var) + 1e-8)
+
     def update(self, state: PPOState, batch: Trajectory, key: jnp.ndarray
                ) -> tuple[PPOState, PPOMetrics]:
         h = state.hyper
@@ -213,10 +244,7 @@ class PPO:
         batch = batch.replace(reward=batch.reward * h.reward_scale)
         adv, ret = self.gae(batch, last_value, h.gamma, h.lam)
         w = batch.valid.astype(jnp.float32)
-        n = jnp.maximum(w.sum(), 1.0)
-        mu = (adv * w).sum() / n
-        sd = jnp.sqrt(((adv - mu) ** 2 * w).sum() / n) + 1e-8
-        adv = (adv - mu) / sd  # PPO1 normalises advantages per batch
+        adv = self.normalise(adv, w, batch.obs)
         flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
         data = (flat(batch.obs), flat(batch.action), flat(batch.aux.logp), flat(adv),
                 flat(ret), flat(w))

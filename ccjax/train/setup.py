@@ -43,7 +43,8 @@ def make_agent(cfg: AlgoConfig) -> tuple[PPO, PPOHyper]:
                 max_grad_norm=float(a.get("max_grad_norm", 0.5)),
                 adam_eps=float(a.get("adam_eps", 1e-5)), name=cfg.name,
                 log_std_bounds=(tuple(float(x) for x in a["log_std_bounds"])
-                                if "log_std_bounds" in a else None))
+                                if "log_std_bounds" in a else None),
+                adv_norm=a.get("adv_norm", "batch"))
     return agent, PPOHyper.make(**{k: float(v) for k, v in cfg.hyper.items()})
 
 
