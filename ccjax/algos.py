@@ -163,7 +163,9 @@ class AlgoConfig:
                    path=d.get("path", ""), overrides=dict(d.get("overrides", {})))
 
 
-def _check_value(table: str, key: str, value: Any, where: str) -> Any:
+def check_value(table: str, key: str, value: Any, where: str) -> Any:
+    """``value`` of ``table.key`` checked against ``SCHEMA`` (type and range) and returned;
+    a ``ConfigError`` naming ``where`` and what is allowed otherwise."""
     spec = SCHEMA[table].get(key)
     if spec is None:
         raise ConfigError(f"{table}.{key} is invalid in {where}: unknown key; allowed: "
@@ -191,7 +193,7 @@ def _check_value(table: str, key: str, value: Any, where: str) -> Any:
 
 def _check_table(table: str, kv: dict[str, Any], where: str) -> None:
     for k, v in kv.items():
-        _check_value(table, k, v, where)
+        check_value(table, k, v, where)
 
 
 def load_algo(name_or_path: str | os.PathLike[str],
@@ -229,7 +231,7 @@ def load_algo(name_or_path: str | os.PathLike[str],
         if t not in SCHEMA or not k:
             raise ConfigError(f"override {dotted!r} is invalid: use table.key with table one of "
                               f"{', '.join(SCHEMA)}")
-        tables[t][k] = _check_value(t, k, v, "overrides")
+        tables[t][k] = check_value(t, k, v, "overrides")
     return AlgoConfig(name=str(data.get("name", path.stem)), agent=tables["agent"],
                       hyper=tables["hyper"], env=tables["env"], train=tables["train"],
                       description=str(data.get("description", "")),

@@ -23,7 +23,9 @@ import jax.numpy as jnp
 from ccjax.envs.single_flow import EnvParams, EnvState, SingleFlowEnv, StepInfo
 
 
-def _axes(params: EnvParams) -> EnvParams:
+def param_axes(params: EnvParams) -> EnvParams:
+    """The vmap axes of ``params``: the preference and the link index per environment where
+    they carry an environment axis, every other field shared."""
     shared = jax.tree.map(lambda _: None, params)
     per_env = jnp.ndim(params.link_index) == 1
     return shared.replace(pref=0 if params.pref.ndim == 2 else None,
@@ -42,12 +44,12 @@ class VecEnv:
 
     def reset(self, key: jnp.ndarray, params: EnvParams) -> tuple[jnp.ndarray, EnvState]:
         keys = jax.random.split(key, self.n)
-        return jax.vmap(self.env.reset, in_axes=(0, _axes(params)))(keys, params)
+        return jax.vmap(self.env.reset, in_axes=(0, param_axes(params)))(keys, params)
 
     def step(self, key: jnp.ndarray, st: EnvState, action: jnp.ndarray, params: EnvParams
              ) -> tuple[jnp.ndarray, EnvState, jnp.ndarray, jnp.ndarray, StepInfo]:
         k_reset = key
-        env, ax = self.env, _axes(params)
+        env, ax = self.env, param_axes(params)
         # The MI loop runs at the batch level with a per-link ``live`` mask (see core.tick):
         # vmapping the single env's while_loop would select, and so copy, every link's delay
         # lines on every tick.

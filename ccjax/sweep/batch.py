@@ -62,7 +62,7 @@ from ccjax.agents.ppo import PPO, PPOHyper, with_anneal
 from ccjax.algos import AlgoConfig
 from ccjax.envs.build import make_single_flow
 from ccjax.envs.single_flow import EnvParams
-from ccjax.envs.vec import VecEnv, _axes
+from ccjax.envs.vec import VecEnv, param_axes
 from ccjax.sweep.schedule import TrialSchedule, trial_schedule
 from ccjax.sweep.spec import Trial
 from ccjax.train.setup import EVAL_SEED_OFFSET, build, env_kwargs
@@ -88,7 +88,7 @@ class TrialVecEnv(VecEnv):
         per = self.n // self.trials
         keys = jax.vmap(lambda k: jax.random.split(k, per))(key)
         keys = keys.reshape((self.n,) + keys.shape[2:])
-        return jax.vmap(self.env.reset, in_axes=(0, _axes(params)))(keys, params)
+        return jax.vmap(self.env.reset, in_axes=(0, param_axes(params)))(keys, params)
 
 
 def _flat(T: int, N: int):

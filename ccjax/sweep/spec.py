@@ -70,7 +70,7 @@ from typing import Any
 
 import numpy as np
 
-from ccjax.algos import SCHEMA, AlgoConfig, _check_value, load_algo, tomllib
+from ccjax.algos import SCHEMA, AlgoConfig, check_value, load_algo, tomllib
 from ccjax.errors import ConfigError
 
 #: keys whose values change no shape: trials differing only here share a compiled program
@@ -182,7 +182,7 @@ def _check(key: str, value: Any, where: str) -> Any:
             raise ConfigError(f"seed={value!r} is invalid in {where}: an integer >= 0")
         return value
     t, _, k = key.partition(".")
-    value = _check_value(t, k, value, where)
+    value = check_value(t, k, value, where)
     if key == "env.preference":
         from ccjax.envs.build import check_preference
 
