@@ -352,6 +352,22 @@ def test_batched_trial_equals_the_trial_alone(killed_and_resumed):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
+def test_load_trial_names_a_missing_batch_checkpoint(killed_and_resumed, tmp_path):
+    import shutil
+
+    k = killed_and_resumed
+    done = next(i for i, r in k["final"].items() if r["status"] == "done")
+    copy = tmp_path / "copy"
+    shutil.copytree(k["out"], copy)
+    ref = json.loads(k["final"][done]["metrics"])["checkpoint"]
+    shutil.rmtree(copy / "batches" / ref["batch"])
+    with pytest.raises(ConfigError, match=f"trial='{done}' is invalid: its batch checkpoint"):
+        load_trial(copy, done)
+    failed = next(i for i, r in k["final"].items() if r["status"] == "failed")
+    with pytest.raises(ConfigError, match="its status is failed"):
+        load_trial(copy, failed)
+
+
 # -- ccjax results ---------------------------------------------------------------------------------
 def test_results_prints_sorts_filters_and_writes_csv(killed_and_resumed, capsys, tmp_path):
     out = str(killed_and_resumed["out"])

@@ -229,9 +229,11 @@ class PPO:
             return (adv - mu) / sd
         pw = obs[0, :, : self.pref_dim]  # (N, 3): each environment's preference
         same = jnp.all(pw[:, None, :] == pw[None, :, :], -1).astype(jnp.float32)  # (N, N)
-        n = jnp.maximum(same @ valid.sum(0), 1.0)  # per environment: its group's valid steps
-        mu = same @ (adv * valid).sum(0) / n
-        var = same @ ((adv - mu) ** 2 * valid).sum(0) / n
+        # group sums as matrix products, at full float32 (a GPU's default may be TF32)
+        gsum = lambda x: jnp.matmul(same, x, precision=jax.lax.Precision.HIGHEST)  # noqa: E731
+        n = jnp.maximum(gsum(valid.sum(0)), 1.0)  # per environment: its group's valid steps
+        mu = gsum((adv * valid).sum(0)) / n
+        var = gsum(((adv - mu) ** 2 * valid).sum(0)) / n
         return (adv - mu) / (jnp.sqrt(var) + 1e-8)
 
     def update(self, state: PPOState, batch: Trajectory, key: jnp.ndarray

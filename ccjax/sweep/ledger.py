@@ -34,9 +34,10 @@ The resume guarantee. Every change of a trial's row is one transaction. A trial 
 ``done`` only after its batch's checkpoint, its curve and its policy are on disk (each written
 to a temporary name and renamed, so a reader never sees half a file); a kill before that leaves
 it ``running``, and a resumed sweep turns ``running`` back into ``pending`` and trains it again,
-replacing whatever partial files it had. ``done`` and ``failed`` trials are never rerun. Rows are
-keyed by the trial id and inserted with ``INSERT OR IGNORE``, so no trial appears twice however
-often the sweep is resumed.
+replacing whatever partial files it had (a batch checkpoint under a key no finished trial names
+stays behind, unreferenced: ``ccjax.sweep.record``). ``done`` and ``failed`` trials are never
+rerun. Rows are keyed by the trial id and inserted with ``INSERT OR IGNORE``, so no trial
+appears twice however often the sweep is resumed.
 """
 
 from __future__ import annotations

@@ -20,7 +20,10 @@ The order of ``record`` is the resume guarantee of ``ccjax.sweep.ledger``: the b
 first, then per trial its policy (each directory written under a temporary name and renamed
 into place), its curve (a temporary file, renamed), and only then its ledger row in one
 transaction. A trial whose row says ``done`` has everything on disk; a kill before that leaves
-it ``running``, to be rerun, in a batch of another key (the key hashes the trial ids).
+it ``running``, to be rerun. The key hashes the ids of the trials a checkpoint holds: a rerun
+of the same trials writes the same key over what the kill left; a rerun of other trials (some of
+the batch had finished) writes a new key, and the old directory stays, unreferenced. A finished
+trial's key is never written again, since finished trials are never rerun.
 """
 
 from __future__ import annotations

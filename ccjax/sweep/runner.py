@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from ccjax.errors import ConfigError
@@ -474,7 +475,11 @@ def load_trial(sweep_dir: str | os.PathLike[str], trial_id: str) -> tuple[Any, A
         state, prog = ck.restore(target)
         ck.close()
         return cfg, state, prog
-    ck = Checkpoints(d / "batches" / ref["batch"] / "checkpoint", keep=1)
+    where = d / "batches" / ref["batch"] / "checkpoint"
+    if not where.is_dir():
+        raise ConfigError(f"trial={trial_id!r} is invalid: its batch checkpoint {str(where)!r} "
+                          "is missing")
+    ck = Checkpoints(where, keep=1)
     slots = ck.progress()["slots"]
     stacked = jax.tree.map(lambda x: np.zeros((len(slots),) + x.shape, x.dtype), target)
     state, _ = ck.restore(stacked)
@@ -483,7 +488,7 @@ def load_trial(sweep_dir: str | os.PathLike[str], trial_id: str) -> tuple[Any, A
     if slots[k]["trial"] != trial_id:
         raise ConfigError(f"trial={trial_id!r} is invalid: slot {k} of batch checkpoint "
                           f"{ref['batch']} holds trial {slots[k]['trial']!r}")
-    return cfg, jax.tree.map(lambda x: x[k], state), slots[k]
+    return cfg, jax.tree.map(lambda x: jnp.asarray(x[k]), state), slots[k]
 
 
 class _Bar:
