@@ -41,6 +41,20 @@ def dominated(util: np.ndarray, lat: np.ndarray) -> int:
                    for j in range(n)) for i in range(n))
 
 
+def uncongested_action(policy: Path, w: tuple[float, float, float]) -> float:
+    """The policy's deterministic action at preference ``w`` after ten uncongested, loss-free
+    MIs (sending ratio 1, latency ratio 1, latency gradient 0): the state a sender below
+    capacity sees whatever its utilization, so its sign is where the rate drifts there (MOCC
+    Eq. 1)."""
+    from ccjax import deploy
+
+    pol = deploy.load(policy)
+    f = np.asarray([1.0, 1.0, 0.0])
+    if pol.log_ratios:
+        f[:2] = np.log(f[:2])
+    return pol.act(np.concatenate([np.asarray(w, np.float64), np.tile(f, pol.history)]))
+
+
 def model_row(policy: Path, links: int, seed: int) -> dict:
     from ccjax.evaluate import evaluate_preferences
 
@@ -62,7 +76,8 @@ def model_row(policy: Path, links: int, seed: int) -> dict:
             "ok_lat": b["latency_ratio"] <= 1.3 and b["utilization"] >= 0.5,
             "rho_wthr_util": spearman(wt, util), "rho_util_lat": spearman(util, lat),
             "dominated": dominated(util, lat), "mean_reward": float(np.mean(
-                [p["reward"] for p in per])), "eval_s": took}
+                [p["reward"] for p in per])), "eval_s": took,
+            "a_thr": uncongested_action(policy, W_THR), "a_lat": uncongested_action(policy, W_LAT)}
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -104,11 +119,14 @@ def main() -> None:
            "w = <0.8,0.1,0.1> (T1); latency ratio <= 1.3 at utilization >= 0.5 at "
            "w = <0.1,0.8,0.1> (T2). Trade-off: Spearman rank correlations over the 36 "
            "landmarks and the landmarks Pareto-dominated in (utilization up, latency ratio "
-           "down).", "",
+           "down). The action at an uncongested MI: the deterministic action after ten MIs with "
+           "sending ratio 1, latency ratio 1 and no latency gradient, what a sender below "
+           "capacity sees whatever its utilization; its sign is where the rate drifts there.", "",
            "| omega | setting | seed | trial | best mean landmark reward (iteration) | "
            "util at T1 w | latency ratio there | T1 | util at T2 w | latency ratio there | T2 | "
-           "rho(w_thr, util) | rho(util, latency ratio) | dominated | mean reward at the 36 |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "rho(w_thr, util) | rho(util, latency ratio) | dominated | mean reward at the 36 | "
+           "action at an uncongested MI, T1 w | the same, T2 w |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     results = []
     for r in rows:
         cfg = json.loads(r["config"])
@@ -126,13 +144,21 @@ def main() -> None:
                    f"{'met' if m['ok_thr'] else 'missed'} | {m['lat_util']:.3f} | "
                    f"{m['lat_lat']:.3f} | {'met' if m['ok_lat'] else 'missed'} | "
                    f"{m['rho_wthr_util']:+.3f} | {m['rho_util_lat']:+.3f} | {m['dominated']} | "
-                   f"{m['mean_reward']:.4f} |")
+                   f"{m['mean_reward']:.4f} | {m['a_thr']:+.3f} | {m['a_lat']:+.3f} |")
     out += ["", "Per omega and setting: seeds meeting T1, T2, both.", ""]
     for key in sorted({(x[0], x[1]) for x in results}):
         ms = [x[4] for x in results if (x[0], x[1]) == key]
         out.append(f"- omega = {key[0]}, {key[1]}: T1 {sum(m['ok_thr'] for m in ms)} of "
                    f"{len(ms)}, T2 {sum(m['ok_lat'] for m in ms)} of {len(ms)}, both "
                    f"{sum(m['ok_thr'] and m['ok_lat'] for m in ms)} of {len(ms)}")
+    if len(results) >= 3:
+        a_lat = np.asarray([x[4]["a_lat"] for x in results])
+        u_lat = np.asarray([x[4]["lat_util"] for x in results])
+        out += ["", f"Spearman rank correlation over these {len(results)} models between the "
+                "action at an uncongested, loss-free MI at the T2 preference and the utilization "
+                f"at T2 on mocc-test: {spearman(a_lat, u_lat):+.3f} (the action is in units of "
+                "MOCC Eq. 1: rate x (1 + 0.025 a) per MI for a >= 0, rate / (1 - 0.025 a) "
+                "below)."]
     out.append("")
     a.out.write_text("\n".join(out) + "\n")
     print(f"wrote {a.out}")
