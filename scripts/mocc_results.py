@@ -149,6 +149,20 @@ def targets_section(candidates: dict[str, Path], links: int, seed: int,
     return out + [""]
 
 
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation (no ties expected)."""
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def dominated(util: np.ndarray, lat: np.ndarray) -> int:
+    """Points beaten by another in (utilization up, latency ratio down)."""
+    n = len(util)
+    return sum(any(util[j] >= util[i] and lat[j] <= lat[i] and (util[j] > util[i] or
+                                                                 lat[j] < lat[i])
+                   for j in range(n)) for i in range(n))
+
+
 def landmark_section(model: Path, links: int, seed: int, duration_s: float | None,
                      out_dir: Path) -> list[str]:
     pts = []
@@ -162,14 +176,7 @@ def landmark_section(model: Path, links: int, seed: int, duration_s: float | Non
     lat = np.asarray([p[2] for p in pts])
     wt = np.asarray([p[0][0] for p in pts])
     wl = np.asarray([p[0][1] for p in pts])
-
-    def spearman(a, b):
-        ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-        return float(np.corrcoef(ra, rb)[0, 1])
-
-    dominated = sum(any((util[j] >= util[i]) and (lat[j] <= lat[i]) and
-                        ((util[j] > util[i]) or (lat[j] < lat[i])) for j in range(len(pts)))
-                    for i in range(len(pts)))
+    n_dominated = dominated(util, lat)
     out = ["## The 36 landmarks on mocc-test", "",
            f"Each landmark w evaluated on the same {links} mocc-test links ({took:.0f} s). "
            "A monotone trade-off: utilization should rise with w_thr, the latency ratio fall "
@@ -179,7 +186,7 @@ def landmark_section(model: Path, links: int, seed: int, duration_s: float | Non
            f"- Spearman rank correlation (utilization, latency ratio): "
            f"{spearman(util, lat):+.3f}",
            f"- landmarks Pareto-dominated by another landmark in (utilization up, latency "
-           f"ratio down): {dominated} of {len(pts)}", "",
+           f"ratio down): {n_dominated} of {len(pts)}", "",
            "| w | utilization | latency ratio | loss | reward |", "|---|---|---|---|---|"]
     for w, u, la, lo, rw in pts:
         out.append(f"| <{w[0]:.1f},{w[1]:.1f},{w[2]:.1f}> | {u:.3f} | {la:.3f} | {lo:.4f} | "

@@ -22,23 +22,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from mocc_results import dominated, spearman  # scripts/ is on sys.path when run as a script
 
 from ccjax.agents.landmarks import simplex_grid
 
 W_THR, W_LAT = (0.8, 0.1, 0.1), (0.1, 0.8, 0.1)
-
-
-def spearman(a: np.ndarray, b: np.ndarray) -> float:
-    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def dominated(util: np.ndarray, lat: np.ndarray) -> int:
-    """Landmarks beaten by another in (utilization up, latency ratio down)."""
-    n = len(util)
-    return sum(any(util[j] >= util[i] and lat[j] <= lat[i] and (util[j] > util[i] or
-                                                                 lat[j] < lat[i])
-                   for j in range(n)) for i in range(n))
 
 
 def uncongested_action(policy: Path, w: tuple[float, float, float]) -> float:

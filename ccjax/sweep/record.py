@@ -89,7 +89,6 @@ class BatchCheckpoint:
     point and metrics), for ``batches/<key>/``."""
 
     key: str
-    trials: list[str]
     files: dict[str, bytes] = field(repr=False)
 
 
@@ -180,7 +179,7 @@ def batch_checkpoint(trials: list[Any], states: Any, metrics: list[dict[str, Any
         ck = Checkpoints(root / "checkpoint", keep=1)
         ck.save(max(int(m["iterations"]) for m in metrics), states, {"slots": slots})
         ck.close()
-        return BatchCheckpoint(batch_key(ids), ids, pack_dir(root))
+        return BatchCheckpoint(batch_key(ids), pack_dir(root))
 
 
 def policy_files(group: Any, trial: Any, actor: Any) -> dict[str, bytes]:
