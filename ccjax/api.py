@@ -45,6 +45,7 @@ def simulate(
     tick_s: float = 1e-3,
     max_flows: int | None = None,
     window_sender: str = "paced",
+    retx_loss: bool = False,
 ) -> RunResult:
     """Simulate a batch of links, every flow driven by controller ``cc`` (one name, or one per
     flow), for ``duration_s`` seconds; returns the run with per-interval series."""
@@ -75,7 +76,7 @@ def simulate(
     require(window_sender in WINDOW_SENDERS, "window_sender", window_sender,
             f"one of {', '.join(WINDOW_SENDERS)}")
     cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model,
-                        window_sender=window_sender)
+                        window_sender=window_sender, retx_loss=bool(retx_loss))
     batch = build_links(links, cfg, horizon)
     member_params = []
     for c in members:
@@ -117,6 +118,7 @@ def run_controller(
     tick_s: float = 1e-3,
     link_seeds: Sequence[int] | None = None,
     window_sender: str = "paced",
+    retx_loss: bool = False,
 ) -> RunResult:
     """Run a controller object (not a registered name) on every flow of ``links``.
 
@@ -133,7 +135,7 @@ def run_controller(
     require(window_sender in WINDOW_SENDERS, "window_sender", window_sender,
             f"one of {', '.join(WINDOW_SENDERS)}")
     cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model,
-                        window_sender=window_sender)
+                        window_sender=window_sender, retx_loss=bool(retx_loss))
     batch = build_links(links, cfg, horizon)
     if link_seeds is not None:
         link_seeds = list(link_seeds)

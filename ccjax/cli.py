@@ -60,6 +60,10 @@ def _add_simulate(sub) -> None:
     p.add_argument("--window-sender", choices=["paced", "ack-clocked"], default="paced",
                    help="window-based controllers pace at cwnd/srtt (default) or send as their "
                    "ACKs arrive, unpaced (as ns-3's and Linux's TCP without fq)")
+    p.add_argument("--retx-loss", action="store_true",
+                   help="packet model: retransmissions meet the random loss too, and a lost one "
+                   "costs a loss-based sender a retransmission timeout (SACK recovery without "
+                   "RACK, as in ns-3.37); default: every loss is repaired by one retransmission")
     p.add_argument("--tick-ms", type=float, default=1.0, help="simulator tick (default 1 ms)")
     p.add_argument("--links", type=int, default=1, help="links to sample from a scenario")
     p.add_argument("--seed", type=int, default=0)
@@ -128,7 +132,7 @@ def cmd_simulate(args) -> int:
     res = simulate(specs, cc=args.cc, rate_mbps=args.rate_mbps, duration_s=duration,
                    model=args.model, seed=args.seed, series_interval_s=args.series_interval_s,
                    tick_s=args.tick_ms * 1e-3, max_flows=args.max_flows or max_flows,
-                   window_sender=args.window_sender)
+                   window_sender=args.window_sender, retx_loss=args.retx_loss)
     summaries = [res.summary(i) for i in range(len(specs))]
     for s in summaries:
         for i, f in enumerate(s["flows"]):

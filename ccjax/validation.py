@@ -141,6 +141,8 @@ class Measured:
     loss_rate: float
     throughput_mbps: list[float]
     wall_s: float = 0.0
+    #: ns-3: retransmission timeouts of all flows (seed average); ccjax does not count them (0)
+    timeouts: float = 0.0
 
     @property
     def shares(self) -> list[float]:
@@ -159,7 +161,8 @@ def _from_summary(s: dict, flows: int, wall_s: float) -> Measured:
                     mean_queue_delay_ms=float(s["link"]["mean_queue_delay_ms"]),
                     loss_rate=float(s["link"]["drop_rate"]),
                     throughput_mbps=[float(f["throughput_mbps"]) for f in s["flows"][:flows]],
-                    wall_s=wall_s)
+                    wall_s=wall_s,
+                    timeouts=float(sum(f.get("timeouts", 0) for f in s["flows"][:flows])))
 
 
 def scenario_seed(sc: Scenario, seed: int) -> int:
@@ -169,7 +172,7 @@ def scenario_seed(sc: Scenario, seed: int) -> int:
 
 
 def run_ccjax(scenarios: Sequence[Scenario], model: str = "packet", seeds: Sequence[int] = (1, 2),
-              window_sender: str = "paced") -> list[Measured]:
+              window_sender: str = "paced", retx_loss: bool = True) -> list[Measured]:
     """All scenarios in ccjax with each seed (averaged, like ns-3's), one compiled batch per
     (controller, duration). ``window_sender``: see ``SimConfig``."""
     from ccjax.api import link_from_flags, run_controller
@@ -191,6 +194,7 @@ def run_ccjax(scenarios: Sequence[Scenario], model: str = "packet", seeds: Seque
         t0 = time.perf_counter()
         res = run_controller(specs, ctl, ns3_equivalent_params(cc, ctl, n_flows),
                              duration_s=duration, model=model, window_sender=window_sender,
+                             retx_loss=retx_loss and model == "packet",
                              link_seeds=[scenario_seed(scenarios[i], s) for i, s in jobs])
         wall = (time.perf_counter() - t0) / len(jobs)
         for j, i in enumerate(idx):
@@ -260,7 +264,8 @@ def average(runs: Sequence[Measured]) -> tuple[Measured, Spread]:
     jain = col(lambda m: m.jain)
     thr = np.mean([m.throughput_mbps for m in runs], axis=0)
     mean = Measured(float(util.mean()), float(qd.mean()), float(loss.mean()),
-                    [float(x) for x in thr], float(sum(m.wall_s for m in runs)))
+                    [float(x) for x in thr], float(sum(m.wall_s for m in runs)),
+                    float(np.mean([m.timeouts for m in runs])))
     return mean, Spread(float(np.ptp(util)), float(np.ptp(qd)), float(np.ptp(jain)),
                         float(loss.min()), float(loss.max()))
 

@@ -12,7 +12,7 @@ import pytest
 
 from ccjax.api import link_from_flags, run_controller
 from ccjax.cc.cubic import Cubic
-from ccjax.cc.newreno import MSS, NewReno
+from ccjax.cc.newreno import MSS, NO_HOLE, NewReno
 from ccjax.sim.stats import MIStats
 
 RTT = 0.04
@@ -81,6 +81,80 @@ def test_newreno_timeout_resets_to_one_packet():
         s, d = c.on_interval(s, mi(acked_pkts=0, inflight_pkts=40), p)
     assert pkts(d.cwnd) == pytest.approx(1.0)
     assert pkts(s.ssthresh) == pytest.approx(20.0)
+
+
+def test_newreno_lost_retransmission_waits_for_the_timer():
+    """A lost retransmission (``SimConfig.retx_loss``) holds the recovery open: no growth and no
+    new episode while ACKs keep coming, then the RTO (1 s minimum) resets the window."""
+    c = NewReno()
+    p = c.default_params(1)
+    s, _ = c.init(p, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 40 * MSS))
+    lost = mi(acked_pkts=39, lost_pkts=1, inflight_pkts=40)
+    s, d = c.on_interval(s, lost.replace(retx_lost_bytes=jnp.full(1, MSS)), p)
+    assert pkts(d.cwnd) == pytest.approx(20.0)  # the episode's reduction, as without the hole
+    assert bool(s.ep.in_recovery[0])
+    # 24 RTTs (0.96 s) of ACKs, one with a fresh loss: the window neither grows nor halves again.
+    for k in range(24):
+        s, d = c.on_interval(s, mi(acked_pkts=20 - (k == 10), lost_pkts=float(k == 10),
+                                   inflight_pkts=20), p)
+        assert pkts(d.cwnd) == pytest.approx(20.0)
+    # The timer fires one RTO (the 1 s minimum) after the retransmission, i.e. at the end of the
+    # 26th MI of 40 ms: one packet, and slow start from there.
+    s, d = c.on_interval(s, mi(acked_pkts=20, inflight_pkts=20), p)
+    assert pkts(d.cwnd) == pytest.approx(1.0)
+    assert pkts(s.ssthresh) == pytest.approx(10.0)
+    assert float(s.ep.hole_at[0]) >= NO_HOLE / 2  # the hole is repaired by the timeout
+    # What was in flight at the timeout is reported first (no growth), then slow start.
+    s, d = c.on_interval(s, mi(acked_pkts=20, inflight_pkts=1), p)
+    assert pkts(d.cwnd) == pytest.approx(1.0)
+    s, d = c.on_interval(s, mi(acked_pkts=1, inflight_pkts=1), p)
+    assert pkts(d.cwnd) == pytest.approx(2.0)
+
+
+def test_retx_loss_draws_lost_retransmissions_at_the_random_loss_rate():
+    """The packet model reports lost retransmissions only with ``retx_loss``, at the link's
+    random loss rate; without it the run is the same, draw for draw."""
+    from dataclasses import dataclass
+
+    from flax import struct
+
+    from ccjax.errors import ConfigError
+    from ccjax.sim.link import SimConfig
+
+    class Sums(struct.PyTreeNode):
+        inner: object
+        lost: jnp.ndarray
+        retx_lost: jnp.ndarray
+
+    @dataclass(frozen=True)
+    class Counting:  # NewReno, summing what the MIs report
+        name: str = "counting"
+
+        def default_params(self, n):
+            return NewReno().default_params(n)
+
+        def init(self, p, rtt):
+            st, d = NewReno().init(p, rtt)
+            return Sums(st, jnp.zeros(1), jnp.zeros(1)), d
+
+        def on_interval(self, s, stats, p):
+            st, d = NewReno().on_interval(s.inner, stats, p)
+            return Sums(st, s.lost + stats.lost_bytes, s.retx_lost + stats.retx_lost_bytes), d
+
+    spec = link_from_flags(flows=1, bw_mbps=10.0, rtt_ms=[40.0], buffer_pkts=133, loss=0.05)
+    runs = {r: run_controller([spec] * 8, Counting(), duration_s=20.0, retx_loss=r)
+            for r in (False, True)}
+    ref = run_controller([spec] * 8, NewReno(), duration_s=20.0)
+    assert np.array_equal(np.asarray(ref.series.sent), np.asarray(runs[False].series.sent))
+    assert float(runs[False].state.cc.retx_lost.sum()) == 0.0
+    lost = float(runs[True].state.cc.lost.sum()) / MSS
+    retx = float(runs[True].state.cc.retx_lost.sum()) / MSS
+    assert lost > 400
+    # binomial(lost, 0.05): mean 0.05 lost, sd ~ sqrt(0.05 / lost) < 0.011
+    assert 0.05 - 0.035 < retx / lost < 0.05 + 0.035
+    with pytest.raises(ConfigError, match="retx_loss"):
+        SimConfig(model="fluid", retx_loss=True)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -67,6 +67,16 @@ def test_simulate_every_controller_on_one_link(capsys):
     assert "newreno" in err and "vivace" in err  # lists what is allowed
 
 
+def test_simulate_retx_loss_flag(capsys):
+    """``--retx-loss`` runs in the packet model and is a one-line error with the fluid one."""
+    args = ("simulate", "--json", "--duration-s", "3", "--flows", "1", "--cc", "newreno",
+            "--loss", "0.05")
+    code, out, _ = _run(capsys, *args, "--retx-loss")
+    assert code == 0 and json.loads(out)["flows"][0]["throughput_mbps"] > 0
+    code, _, err = _run(capsys, *args, "--retx-loss", "--model", "fluid")
+    _one_line_error(code, err, "retx_loss", "packet")
+
+
 def test_simulate_scenario_batch(capsys):
     code, out, _ = _run(capsys, "simulate", "--scenario", "mocc-train", "--links", "3",
                         "--duration-s", "1", "--json", "--rate-mbps", "2")

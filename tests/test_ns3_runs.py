@@ -141,6 +141,11 @@ def test_random_loss_is_measured_at_its_rate():
     assert link["drop_rate"] == pytest.approx(f["loss_rate"])
     # Mathis et al.: rate ~ 1.22 MSS / (RTT sqrt(p)), about 3.5 Mbps here; far below capacity
     assert 2.0 < f["goodput_mbps"] < 6.0
+    # Loss episodes are counted: at most one per lost packet, and most losses start one (the
+    # window is ~10 packets, so two losses seldom share a window); every loss is retransmitted.
+    assert 0.5 * f["random_losses"] <= f["recoveries"] <= f["random_losses"]
+    assert f["retransmissions"] >= f["random_losses"]
+    assert 0 <= f["timeouts"] < f["recoveries"]
 
 
 def test_random_loss_after_the_link_uses_capacity():

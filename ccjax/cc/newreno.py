@@ -32,8 +32,13 @@ most 60 s (§2.5), doubled on each back-to-back timeout (§5.5). The simulator k
 is kept here from one sample per MI, i.e. per RTT, which is the sampling rate RFC 6298 §3 was
 designed for. The timer (§5.1, §5.2) runs while data is in flight and restarts whenever feedback
 arrives; its expiry is checked at MI ends, so it fires up to one MI late. With the 1 s floor it
-only fires when the path stops delivering for a second (e.g. an outage in a trace): in the
-simulator nothing is ever lost silently, every sent byte is eventually acked or reported lost.
+only fires when the path stops delivering for a second (e.g. an outage in a trace), or for a
+lost retransmission: in the simulator nothing is ever lost silently, every sent byte is
+eventually acked or reported lost, but with ``SimConfig.retx_loss`` the packet model also
+reports (``MIStats.retx_lost_bytes``) which retransmissions of reported losses were lost again.
+SACK recovery without RACK (RFC 6675; ns-3.37) cannot see that: the cumulative ACK stops at the
+hole, nothing restarts the timer, and it fires one RTO after the retransmission
+(``Episodes.hole_at``); until then the recovery stays open (no growth, no new episode).
 A timeout is a loss episode of its own (RFC 6582 §4: later duplicate ACKs for data sent before
 it do not start fast recovery).
 
@@ -68,6 +73,8 @@ MAX_CWND = 1e12
 #: RFC 6298 §5.5 doubles the RTO per back-to-back timeout; the cap (RFC 6298 §2.5's 60 s
 #: maximum applies to the result as well) keeps the factor finite.
 MAX_BACKOFF = 64.0
+#: ``Episodes.hole_at`` when no lost retransmission is outstanding (finite: float32 state)
+NO_HOLE = 1e30
 
 
 # ------------------------------------------------------------------------------------------------
@@ -82,6 +89,14 @@ class Episodes(struct.PyTreeNode):
     progress_at: jnp.ndarray  # (F,) s: when the RTO timer (re)started
     rttvar: jnp.ndarray  # (F,) s: RFC 6298 RTTVAR
     backoff: jnp.ndarray  # (F,) RTO multiplier, 2^(back-to-back timeouts) (RFC 6298 §5.5)
+    #: (F,) s: when the timer fires for a lost retransmission (``NO_HOLE``: none outstanding)
+    hole_at: jnp.ndarray
+
+    @property
+    def in_recovery(self) -> jnp.ndarray:
+        """(F,) bool: a loss episode is still being recovered (its packets still being reported,
+        or a lost retransmission waiting for the timer)."""
+        return (self.old_bytes > 0) | (self.hole_at < NO_HOLE)
 
     @classmethod
     def start(cls, base_rtt_s: jnp.ndarray) -> Episodes:
@@ -89,7 +104,7 @@ class Episodes(struct.PyTreeNode):
         # RFC 6298 §2.2: after the first RTT sample R, RTTVAR <- R/2 (the handshake's sample is
         # the base RTT, as the simulator's SRTT starts there too).
         return cls(clock=z, old_bytes=z, progress_at=z, rttvar=0.5 * base_rtt_s + z,
-                   backoff=jnp.ones_like(z))
+                   backoff=jnp.ones_like(z), hole_at=jnp.full_like(z, NO_HOLE))
 
 
 class EpisodeEvents(NamedTuple):
@@ -129,16 +144,25 @@ def track_episodes(ep: Episodes, stats: MIStats, min_rto_s: jnp.ndarray,
 
     # Timeout: data outstanding and no ACK nor loss report for longer than the RTO (RFC 6298 §5).
     timeout = (reported <= 0) & (flight > 0) & (now - ep.progress_at >= rto)
+    # A lost retransmission (``SimConfig.retx_loss``): the cumulative ACK stays at the hole, so
+    # nothing restarts the timer and it fires one RTO after the retransmission was sent (RFC
+    # 6298 §5; SACK recovery, RFC 6675, has no other way to learn it). Until then the recovery
+    # goes on: no new episode, no growth.
+    hole = ep.hole_at < NO_HOLE
+    timeout = timeout | hole & (now >= ep.hole_at)
+    new_hole = (stats.retx_lost_bytes > 0) & ~hole & ~timeout
+    hole_at = jnp.where(timeout, NO_HOLE, jnp.where(new_hole, now + rto, ep.hole_at))
+    holding = hole & ~timeout
     # RFC 6582's "recover": the first ``old_bytes`` reported after a reduction are the packets
     # that were in flight at it. Reports arrive in sending order, so the MI's losses include a
     # packet sent after the reduction for certain only if there are more of them than old
     # bytes left to report (if not, it may be the tail of the same episode; should congestion
     # persist, the next MI's losses are all new).
-    loss = (lost > ep.old_bytes) & ~timeout
+    loss = (lost > ep.old_bytes) & ~timeout & ~holding
     old_here = jnp.minimum(ep.old_bytes, reported)
     # ACKs beyond the old bytes acknowledge data sent after the reduction: only those grow the
     # window (RFC 6582 §3.2: during recovery the window is not increased).
-    acked_new = jnp.minimum(acked, reported - old_here)
+    acked_new = jnp.where(holding, 0.0, jnp.minimum(acked, reported - old_here))
     reduce = loss | timeout
 
     ep = Episodes(
@@ -153,6 +177,7 @@ def track_episodes(ep: Episodes, stats: MIStats, min_rto_s: jnp.ndarray,
         # RFC 6298 §5.5 doubles the RTO per timeout; an ACK of new data ends the backoff (§5.7).
         backoff=jnp.where(timeout, jnp.minimum(2.0 * ep.backoff, MAX_BACKOFF),
                           jnp.where(acked > 0, 1.0, ep.backoff)),
+        hole_at=hole_at,
     )
     return ep, EpisodeEvents(loss=loss, timeout=timeout, acked_new=acked_new, flight=flight,
                              now=now)

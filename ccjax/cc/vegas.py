@@ -147,7 +147,7 @@ class Vegas:
         p = params
         # Recovery: bytes of the last loss episode were still outstanding when this MI began,
         # so its RTT samples (partly) describe the window before the reduction.
-        recovering = state.ep.old_bytes > 0
+        recovering = state.ep.in_recovery
         ep, ev = track_episodes(state.ep, stats, p.min_rto_s, p.max_rto_s)
         cwnd = jnp.maximum(state.cwnd, MSS)
         w_sent = jnp.maximum(state.cwnd_sent, MSS) / MSS  # packets

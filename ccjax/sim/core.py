@@ -216,6 +216,8 @@ def tick(
     tf = t.astype(jnp.float32)
     if cfg.model == "packet":
         key, k_loss, k_drop, k_jit = jax.random.split(s.key, 4)
+        # its own stream, derived so that every other draw is the same with and without it
+        k_retx = jax.random.fold_in(k_loss, 1)
     else:  # the fluid model draws nothing: expected values only
         key = s.key
     active = link.present & (t >= link.start_tick) & (t < link.stop_tick)
@@ -338,6 +340,13 @@ def tick(
     sent = s.sent + send
     acked = s.acked + ack_b
     lost = s.lost + lost_b
+    if cfg.retx_loss:
+        # The sender retransmits each reported loss now; the retransmission meets the link's
+        # random loss like any packet (drop-tail is left out: after a reduction the queue has
+        # room). It takes no capacity here: bulk senders' goodput is not modelled apart.
+        retx_lost = PKT * sampling.binomial(k_retx, jnp.round(lost_b / PKT), link.loss)
+    else:
+        retx_lost = jnp.zeros_like(lost_b)
 
     # 6. MI accumulation (first/second half split for Aurora's latency gradient).
     w = jnp.where(has, ack_b, 0.0)
@@ -351,6 +360,7 @@ def tick(
         h1_w=m.h1_w + jnp.where(first, w, 0.0), h1_sum=m.h1_sum + jnp.where(first, w * rtt, 0.0),
         h2_w=m.h2_w + jnp.where(first, 0.0, w), h2_sum=m.h2_sum + jnp.where(first, 0.0, w * rtt),
         hist=hist_add(m.hist, qd, w), qmax=jnp.where(has, jnp.maximum(m.qmax, qd), m.qmax),
+        retx_lost=m.retx_lost + retx_lost,
     )
     T = s.tot
     tot = Totals(

@@ -56,6 +56,12 @@ class SimConfig:
     #: tick's group of an ACK-clocked sender spans about two; a first window of 10 packets at
     #: 10 Mbps twelve); what a longer burst has left leaves with its last byte (late, never early)
     spread_ticks: int = 16
+    #: packet model: each reported loss is retransmitted at once, and the retransmission is lost
+    #: at the link's random loss rate (``MIStats.retx_lost_bytes``); a loss-based sender then
+    #: waits for its retransmission timer, as RFC 6675 SACK recovery without RACK does (ns-3.37).
+    #: Off: every loss is recovered by its first retransmission (Linux's RACK-TLP finds a lost
+    #: retransmission within about an RTT)
+    retx_loss: bool = False
 
     def __post_init__(self) -> None:
         require(self.model in MODELS, "model", self.model, f"one of {', '.join(MODELS)}")
@@ -70,6 +76,8 @@ class SimConfig:
         require(self.rtt_bins >= 4, "rtt_bins", self.rtt_bins, "at least 4")
         require(self.min_rate > 0, "min_rate", self.min_rate, "> 0 bytes/s")
         require(self.min_cwnd > 0, "min_cwnd", self.min_cwnd, "> 0 bytes")
+        require(not self.retx_loss or self.model == "packet", "retx_loss", self.retx_loss,
+                "False with the fluid model (it draws whole retransmissions: packet model only)")
 
 
 class LinkParams(struct.PyTreeNode):
@@ -228,7 +236,7 @@ def plan(
     require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s, "> 0 s")
     base = SimConfig(n_flows=n_flows or max(s.n_flows for s in specs), **{
         k: v for k, v in overrides.items()
-        if k in ("tick_s", "model", "rtt_bins", "window_sender", "spread_ticks")})
+        if k in ("tick_s", "model", "rtt_bins", "window_sender", "spread_ticks", "retx_loss")})
     tick = base.tick_s
     horizon = int(math.ceil(duration_s / tick))
     k = 1
@@ -246,7 +254,7 @@ def plan(
     cfg = SimConfig(
         n_flows=base.n_flows, tick_s=tick, model=base.model, rtt_bins=base.rtt_bins,
         window_sender=base.window_sender, spread_ticks=base.spread_ticks,
-        queue_horizon=overrides.get("queue_horizon", qh),
+        retx_loss=base.retx_loss, queue_horizon=overrides.get("queue_horizon", qh),
         ack_horizon=overrides.get("ack_horizon", ah), schedule_len=k,
     )
     return cfg, horizon

@@ -81,13 +81,15 @@ class MIAccum(struct.PyTreeNode):
     h2_sum: jnp.ndarray
     hist: jnp.ndarray  # (F, bins) bytes per queueing-delay bin
     qmax: jnp.ndarray  # max queueing delay (ticks)
+    retx_lost: jnp.ndarray  # bytes of this MI's loss reports whose retransmission was lost too
 
     @classmethod
     def zeros(cls, F: int, bins: int) -> MIAccum:
         z = jnp.zeros(F, jnp.float32)
         return cls(ticks=z, sent=z, acked=z, lost=z, rtt_w=z, rtt_sum=z,
                    rtt_min=jnp.full(F, jnp.inf, jnp.float32), rtt_max=z, h1_w=z, h1_sum=z,
-                   h2_w=z, h2_sum=z, hist=jnp.zeros((F, bins), jnp.float32), qmax=z)
+                   h2_w=z, h2_sum=z, hist=jnp.zeros((F, bins), jnp.float32), qmax=z,
+                   retx_lost=z)
 
 
 class MIStats(struct.PyTreeNode):
@@ -117,6 +119,9 @@ class MIStats(struct.PyTreeNode):
     base_rtt: jnp.ndarray  # propagation RTT of the path (what percentiles are added to)
     qdelay_hist: jnp.ndarray  # (F, bins) acked bytes per queueing-delay bin
     qdelay_max: jnp.ndarray  # largest queueing delay (ticks)
+    #: bytes among ``lost_bytes`` whose retransmission was lost as well (``SimConfig.retx_loss``;
+    #: always 0 without it)
+    retx_lost_bytes: jnp.ndarray
     tick_s: float = struct.field(pytree_node=False, default=1e-3)
 
     def rtt_quantile(self, q: float) -> jnp.ndarray:
@@ -139,7 +144,7 @@ class MIStats(struct.PyTreeNode):
                    rtt_first_half=rtt_s, rtt_second_half=rtt_s, send_rate=z,
                    delivery_rate=z, loss_rate=z, cwnd=z, inflight=z, srtt=rtt_s, min_rtt=rtt_s,
                    base_rtt=rtt_s, qdelay_hist=jnp.zeros((F, bins), jnp.float32),
-                   qdelay_max=z, tick_s=tick_s)
+                   qdelay_max=z, retx_lost_bytes=z, tick_s=tick_s)
 
 
 def finalize(acc: MIAccum, tick_s: float, base_rtt_s: jnp.ndarray, srtt: jnp.ndarray,
@@ -158,5 +163,6 @@ def finalize(acc: MIAccum, tick_s: float, base_rtt_s: jnp.ndarray, srtt: jnp.nda
         send_rate=acc.sent / dur, delivery_rate=acc.acked / dur,
         loss_rate=jnp.where(fb > 0, acc.lost / jnp.maximum(fb, 1e-30), 0.0),
         cwnd=cwnd, inflight=inflight, srtt=srtt, min_rtt=min_rtt, base_rtt=base_rtt_s,
-        qdelay_hist=acc.hist, qdelay_max=acc.qmax, tick_s=tick_s,
+        qdelay_hist=acc.hist, qdelay_max=acc.qmax, retx_lost_bytes=acc.retx_lost,
+        tick_s=tick_s,
     )

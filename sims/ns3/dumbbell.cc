@@ -220,6 +220,8 @@ struct FlowStats
     uint64_t goodputBytes{0};   // payload bytes handed to the receiving application
     uint64_t sentSegs{0};       // data segments handed to IP by the sender (incl. retx)
     uint64_t retxSegs{0};       // of which retransmissions
+    uint64_t timeouts{0};       // retransmission timeouts (entries into CA_LOSS)
+    uint64_t recoveries{0};     // fast-retransmit loss episodes (entries into CA_RECOVERY)
     std::vector<double> rttSamples; // seconds
     std::vector<uint64_t> seriesBytes;
     std::vector<double> cwndSeries;
@@ -662,6 +664,24 @@ OnCwnd(int i, uint32_t, uint32_t v)
 }
 
 void
+OnCongState(int i, TcpSocketState::TcpCongState_t, TcpSocketState::TcpCongState_t now)
+{
+    // Counted like the other counters, inside the measurement window only.
+    if (!InWindow())
+    {
+        return;
+    }
+    if (now == TcpSocketState::CA_LOSS)
+    {
+        g_flows[i].timeouts++;
+    }
+    else if (now == TcpSocketState::CA_RECOVERY)
+    {
+        g_flows[i].recoveries++;
+    }
+}
+
+void
 HookSender(int i, Ptr<BulkSendApplication> app)
 {
     Ptr<TcpSocketBase> s = DynamicCast<TcpSocketBase>(app->GetSocket());
@@ -689,7 +709,8 @@ HookSender(int i, Ptr<BulkSendApplication> app)
     f.segSize = static_cast<uint32_t>(seg.Get());
     bool ok = s->TraceConnectWithoutContext("Tx", MakeBoundCallback(&OnTcpTx, i)) &&
               s->TraceConnectWithoutContext("Rx", MakeBoundCallback(&OnTcpRx, i)) &&
-              s->TraceConnectWithoutContext("CongestionWindow", MakeBoundCallback(&OnCwnd, i));
+              s->TraceConnectWithoutContext("CongestionWindow", MakeBoundCallback(&OnCwnd, i)) &&
+              s->TraceConnectWithoutContext("CongState", MakeBoundCallback(&OnCongState, i));
     if (!ok)
     {
         Fail("could not connect the TCP socket traces");
@@ -1171,6 +1192,7 @@ main(int argc, char* argv[])
            << ",\"pkts_offered\":" << f.arrivals << ",\"pkts_delivered\":" << f.delivered
            << ",\"queue_drops\":" << f.queueDrops << ",\"random_losses\":" << f.randomLost
            << ",\"segments_sent\":" << f.sentSegs << ",\"retransmissions\":" << f.retxSegs
+           << ",\"timeouts\":" << f.timeouts << ",\"recoveries\":" << f.recoveries
            << ",\"throughput_series_mbps\":" << Arr(thrSeries)
            << ",\"cwnd_series_pkts\":" << Arr(f.cwndSeries) << "}";
     }
