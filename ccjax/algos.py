@@ -53,6 +53,7 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
                            and all(isinstance(x, _NUM) and not isinstance(x, bool)
                                    and math.isfinite(x) for x in v) and v[0] < v[1]),
         "adv_norm": (str, lambda v: v in ADV_NORMS),
+        "critic_features": (bool, None),
     },
     "hyper": {
         "lr": (_NUM, lambda v: v > 0),

@@ -52,9 +52,14 @@ class GaussianActor(nn.Module):
     pn_width: int = 32
     init_log_std: float = 0.0
     log_std_bounds: tuple[float, float] | None = None
+    #: the policy's input is the first ``obs_dim`` values (None: all); the rest are the
+    #: critic's (``SingleFlowEnv.critic_features``). Same parameters either way.
+    obs_dim: int | None = None
 
     @nn.compact
     def __call__(self, obs: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+        if self.obs_dim is not None:
+            obs = obs[..., : self.obs_dim]
         x = PrefTrunk(self.hidden, self.pref_dim, self.pn_width, name="trunk")(obs)
         mean = nn.Dense(self.action_dim, name="mean",
                         kernel_init=nn.initializers.orthogonal(0.01))(x)

@@ -99,6 +99,9 @@ class PPO:
     adam_eps: float = 1e-5
     log_std_bounds: tuple[float, float] | None = None  # networks.GaussianActor
     adv_norm: str = "batch"  # ccjax.algos.ADV_NORMS: the whole batch (PPO1), or per preference
+    #: the actor reads only the first ``actor_obs_dim`` observation values (None: all); the rest
+    #: are for the critic (``SingleFlowEnv.critic_features``)
+    actor_obs_dim: int | None = None
     name: str = "ppo"
 
     def __post_init__(self) -> None:
@@ -109,7 +112,7 @@ class PPO:
     @property
     def actor_net(self) -> GaussianActor:
         return GaussianActor(1, tuple(self.hidden), self.pref_dim, self.pn_width,
-                             log_std_bounds=self.log_std_bounds)
+                             log_std_bounds=self.log_std_bounds, obs_dim=self.actor_obs_dim)
 
     @property
     def critic_net(self) -> Critic:

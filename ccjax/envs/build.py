@@ -48,6 +48,7 @@ def make_single_flow(
     rate_bounds_pkts: tuple[float, float] = (10.0, 1e5),
     mi_rtts: float = 0.5,
     log_ratios: bool = False,
+    critic_features: bool = False,
     cross: str | None = None,
     n_cross: int = 0,
     links: Sequence[LinkSpec] | None = None,
@@ -69,6 +70,8 @@ def make_single_flow(
     require(0 < rmin < rmax, "rate_bounds_pkts", rate_bounds_pkts, "0 < min < max packets/s")
     require(math.isfinite(mi_rtts) and mi_rtts > 0, "mi_rtts", mi_rtts, "> 0 RTTs")
     require(isinstance(log_ratios, bool), "log_ratios", log_ratios, "true or false")
+    require(isinstance(critic_features, bool), "critic_features", critic_features,
+            "true or false")
     require(isinstance(n_cross, int) and n_cross >= 0, "n_cross", n_cross, "an integer >= 0")
     if cross is not None and n_cross == 0:
         raise ConfigError(f"n_cross=0 is invalid with cross={cross!r}: give n_cross >= 1")
@@ -96,7 +99,8 @@ def make_single_flow(
     cfg, horizon = plan(specs, duration, n_flows=1 + n_cross, tick_s=tick_s, model=model)
     pool_params = build_links(specs, cfg, horizon)
     env = SingleFlowEnv(sim=cfg, history=history, episode_len=episode_len, use_pref=use_pref,
-                        reward=reward_fn, cross=controller, log_ratios=log_ratios)
+                        reward=reward_fn, cross=controller, log_ratios=log_ratios,
+                        critic_features=critic_features)
     f32 = jnp.float32
     params = EnvParams(
         links=pool_params, pref=jnp.asarray(w, f32), alpha=f32(alpha), init_lo=f32(lo),

@@ -28,6 +28,18 @@ Semantics follow Aurora's simulator (PCC-RL ``network_sim.py``), on which MOCC's
   in the previous MI (Aurora); the initial rate is U(0.3, 1.5) x the link's capacity (Aurora);
 * reward: a pluggable ``RewardFn`` (``ccjax.envs.rewards``), MOCC's Eq. 2 by default, using the
   link's true capacity over the MI and its base RTT.
+
+``critic_features`` (off by default) appends ``N_CRITIC`` facts about the link and the episode to
+the observation, for the critic only (an asymmetric actor-critic: Pinto et al., "Asymmetric
+Actor Critic for Image-Based Robot Learning", RSS 2018): the sending rate over the link's
+capacity, its random loss, its base RTT, a packet's transmission time over the base RTT, the
+last MI's RTT over the base RTT, and the share of the episode left. The actor reads only the
+first ``actor_obs_dim`` values (MOCC's state), so the trained policy, its export and its
+deployment are unchanged; what changes is the critic's baseline. Why: MOCC's state is relative
+(ratios to the flow's own history), so it cannot tell the critic how far below capacity the
+flow is or how good a link's latency can get, and the return differs from link to link by more
+than any one action changes it; with w_lat = 0.8 the gain of sending at 0.9 rather than 0.2 of
+capacity is 0.07 per MI, and the critic's errors drowned it.
 """
 
 from __future__ import annotations
@@ -46,6 +58,10 @@ from ccjax.sim import capacity
 from ccjax.sim.core import SimState, init_state, tick
 from ccjax.sim.link import LinkParams, SimConfig
 from ccjax.sim.stats import MIStats
+from ccjax.units import PACKET_BYTES
+
+#: link and episode facts appended for the critic when ``critic_features`` is on
+N_CRITIC = 6
 
 
 class SlotParams(struct.PyTreeNode):
@@ -148,10 +164,16 @@ class SingleFlowEnv:
     cross: Controller | None = None
     max_mi_ticks: int = 60_000  # guard: an MI longer than this ends the step (``truncated``)
     log_ratios: bool = False  # observe log(sending ratio), log(latency ratio) (features.encode)
+    critic_features: bool = False  # append N_CRITIC facts for the critic (module docstring)
+
+    @property
+    def actor_obs_dim(self) -> int:
+        """The policy's input: MOCC's state (preference and history)."""
+        return (3 if self.use_pref else 0) + N_FEATURES * self.history
 
     @property
     def obs_dim(self) -> int:
-        return (3 if self.use_pref else 0) + N_FEATURES * self.history
+        return self.actor_obs_dim + (N_CRITIC if self.critic_features else 0)
 
     @property
     def action_dim(self) -> int:
@@ -160,11 +182,27 @@ class SingleFlowEnv:
     def _slot(self) -> AgentSlot:
         return AgentSlot(self.cross)
 
-    def _obs(self, hist: jnp.ndarray, params: EnvParams) -> jnp.ndarray:
+    def _obs(self, hist: jnp.ndarray, params: EnvParams, st: EnvState) -> jnp.ndarray:
         flat = encode(hist, self.log_ratios).reshape(-1)
-        if not self.use_pref:
-            return flat
-        return jnp.concatenate([params.pref.astype(jnp.float32), flat])
+        parts = [params.pref.astype(jnp.float32), flat] if self.use_pref else [flat]
+        if self.critic_features:
+            parts.append(self._critic_facts(st))
+        return jnp.concatenate(parts)
+
+    def _critic_facts(self, st: EnvState) -> jnp.ndarray:
+        """(N_CRITIC,) what the simulator knows and MOCC's state does not, scaled to O(1)."""
+        cap = capacity.mean_rate_jnp(st.link.sched) / self.sim.tick_s
+        base = st.link.rtt_ticks[0].astype(jnp.float32) * self.sim.tick_s
+        last = jax.tree.map(lambda x: x[0], st.sim.last)
+        rtt = jnp.where(last.rtt_samples > 0, last.rtt_mean, base)
+        return jnp.stack([
+            jnp.clip(jnp.log(st.rate / jnp.maximum(cap, 1e-9)), -5.0, 3.0),
+            10.0 * jnp.asarray(st.link.loss, jnp.float32),
+            jnp.log(base / 0.05),
+            jnp.minimum(PACKET_BYTES / jnp.maximum(cap, 1e-9) / base, 5.0),
+            jnp.clip(jnp.log(jnp.maximum(rtt / base, 1.0)), 0.0, 5.0),
+            1.0 - st.step.astype(jnp.float32) / self.episode_len,
+        ]).astype(jnp.float32)
 
     def reset(self, key: jnp.ndarray, params: EnvParams) -> tuple[jnp.ndarray, EnvState]:
         k_link, k_rate, k_sim = jax.random.split(key, 3)
@@ -185,7 +223,7 @@ class SingleFlowEnv:
                       ret=jnp.zeros((), jnp.float32), obj_sum=jnp.zeros(3, jnp.float32),
                       mid=jnp.zeros((), bool), mi_n0=jnp.zeros((), jnp.int32),
                       mi_t0=jnp.zeros((), jnp.int32))
-        return self._obs(hist, params), st
+        return self._obs(hist, params, st), st
 
     def begin(self, st: EnvState, action: jnp.ndarray, params: EnvParams) -> EnvState:
         """Start the agent's next MI: apply the action (MOCC Eq. 1) to its rate, in the simulator
@@ -228,7 +266,7 @@ class SingleFlowEnv:
         pick = lambda o, n: jnp.where(running, o, n)  # noqa: E731
         wait = st.replace(sim=sim)
         new = jax.tree.map(pick, wait, new.replace(mid=jnp.zeros((), bool)))
-        obs = pick(self._obs(st.hist, params), obs)
+        obs = pick(self._obs(st.hist, params, st), obs)
         info = jax.tree.map(lambda x: jnp.where(running, jnp.zeros_like(x), x), info)
         info = info.replace(valid=~running, rate=st.rate)
         return obs, new, jnp.where(running, 0.0, reward), done & ~running, info
@@ -262,7 +300,7 @@ class SingleFlowEnv:
             valid=jnp.ones((), bool))
         st = st.replace(sim=sim, hist=hist, min_lat=min_lat, step=step, ret=ret,
                         obj_sum=obj_sum)
-        return self._obs(hist, params), st, reward, done, info
+        return self._obs(hist, params, st), st, reward, done, info
 
     def step_env(self, key: jnp.ndarray, st: EnvState, action: jnp.ndarray, params: EnvParams
                  ) -> tuple[jnp.ndarray, EnvState, jnp.ndarray, jnp.ndarray, StepInfo]:

@@ -13,6 +13,7 @@ from ccjax.agents.drivers import init_runner, rollout
 from ccjax.agents.ppo import PPO, PPOHyper
 from ccjax.algos import AlgoConfig
 from ccjax.envs.build import make_single_flow
+from ccjax.envs.features import N_FEATURES
 from ccjax.envs.single_flow import EnvParams, SingleFlowEnv
 from ccjax.envs.vec import VecEnv
 
@@ -29,7 +30,8 @@ def env_kwargs(cfg: AlgoConfig) -> dict[str, Any]:
         alpha=float(e.get("alpha", 0.025)),
         init_rate=tuple(float(x) for x in e.get("init_rate", (0.3, 1.5))),
         rate_bounds_pkts=tuple(float(x) for x in e.get("rate_bounds_pkts", (10.0, 1e5))),
-        mi_rtts=float(e.get("mi_rtts", 0.5)), log_ratios=bool(e.get("log_ratios", False)))
+        mi_rtts=float(e.get("mi_rtts", 0.5)), log_ratios=bool(e.get("log_ratios", False)),
+        critic_features=bool(cfg.agent.get("critic_features", False)))
     if "preference" in e:
         kw["preference"] = tuple(float(x) for x in e["preference"])
     return kw
@@ -37,6 +39,10 @@ def env_kwargs(cfg: AlgoConfig) -> dict[str, Any]:
 
 def make_agent(cfg: AlgoConfig) -> tuple[PPO, PPOHyper]:
     a = cfg.agent
+    # With critic features the observation carries link facts after MOCC's state, which only
+    # the critic reads (ccjax.envs.single_flow).
+    actor_obs = (a.get("pref_dim", 3) + N_FEATURES * cfg.env.get("history", 10)
+                 if a.get("critic_features", False) else None)
     agent = PPO(hidden=tuple(a.get("hidden", (64, 32))), pn_width=a.get("pn_width", 32),
                 pref_dim=a.get("pref_dim", 3), n_epochs=a.get("n_epochs", 4),
                 n_minibatches=a.get("n_minibatches", 8),
@@ -44,7 +50,7 @@ def make_agent(cfg: AlgoConfig) -> tuple[PPO, PPOHyper]:
                 adam_eps=float(a.get("adam_eps", 1e-5)), name=cfg.name,
                 log_std_bounds=(tuple(float(x) for x in a["log_std_bounds"])
                                 if "log_std_bounds" in a else None),
-                adv_norm=a.get("adv_norm", "batch"))
+                adv_norm=a.get("adv_norm", "batch"), actor_obs_dim=actor_obs)
     return agent, PPOHyper.make(**{k: float(v) for k, v in cfg.hyper.items()})
 
 
