@@ -17,7 +17,8 @@ bottleneck, N receivers) and returns the program's JSON object:
   application got), ``send_rate_mbps``, ``mean_rtt_ms`` / ``min_rtt_ms`` / ``p95_rtt_ms`` (one
   sample per data segment: sent -> first ACK or SACK that covers it, Karn's rule), ``loss_rate``
   ((drop-tail drops + random losses) / data packets offered to the bottleneck),
-  ``base_rtt_ms`` (propagation only), counters, ``throughput_series_mbps`` and
+  ``base_rtt_ms`` (propagation only), counters (among them ``timeouts``, the retransmission
+  timeouts, and ``recoveries``, the fast-retransmit loss episodes), ``throughput_series_mbps`` and
   ``cwnd_series_pkts`` (per ``interval_s``, over the whole run);
 * ``link``: ``utilization`` (IP bytes the bottleneck transmitted / (capacity x measured time)),
   ``mean_queue_delay_ms`` (enqueue -> dequeue, i.e. waiting time without the packet's own
