@@ -153,6 +153,11 @@ def test_retx_loss_draws_lost_retransmissions_at_the_random_loss_rate():
     assert lost > 400
     # binomial(lost, 0.05): mean 0.05 lost, sd ~ sqrt(0.05 / lost) < 0.011
     assert 0.05 - 0.035 < retx / lost < 0.05 + 0.035
+    # Its draws have their own key: on a link without random loss nothing else changes.
+    clean = link_from_flags(flows=2, bw_mbps=10.0, rtt_ms=[40.0], buffer_pkts=20)
+    a, b = (run_controller([clean], NewReno(), duration_s=10.0, retx_loss=r) for r in (False, True))
+    assert np.array_equal(np.asarray(a.series.sent), np.asarray(b.series.sent))
+    assert float(np.asarray(a.series.dropped).sum()) > 0  # drop-tail losses were retransmitted
     with pytest.raises(ConfigError, match="retx_loss"):
         SimConfig(model="fluid", retx_loss=True)
 
