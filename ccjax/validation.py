@@ -176,7 +176,9 @@ def scenario_seed(sc: Scenario, seed: int) -> int:
 def run_ccjax(scenarios: Sequence[Scenario], model: str = "packet", seeds: Sequence[int] = (1, 2),
               window_sender: str = "paced", retx_loss: bool = True) -> list[Measured]:
     """All scenarios in ccjax with each seed (averaged, like ns-3's), one compiled batch per
-    (controller, duration). ``window_sender``: see ``SimConfig``."""
+    (controller, duration). ``window_sender``: see ``SimConfig``. ``retx_loss``: lost
+    retransmissions (``SimConfig.retx_loss``), as ns-3.37 has them; packet model only, so it is
+    not applied to the fluid model."""
     from ccjax.api import link_from_flags, run_controller
     from ccjax.cc.registry import get_controller
 

@@ -34,7 +34,7 @@ from flax import traverse_util
 
 from ccjax.agents.ppo import PPO
 from ccjax.envs.build import check_preference
-from ccjax.envs.features import N_FEATURES
+from ccjax.envs.features import state_dim
 from ccjax.envs.single_flow import EnvParams, SingleFlowEnv
 from ccjax.errors import ConfigError, require
 
@@ -163,7 +163,7 @@ def _read_meta(p: Path) -> dict:
 
 def _check_shapes(agent: PPO, history: int, arrays: dict[str, np.ndarray]) -> None:
     """The saved arrays must be exactly the actor's params for this observation size."""
-    obs_dim = agent.pref_dim + N_FEATURES * history
+    obs_dim = state_dim(agent.pref_dim, history)
     shapes = jax.eval_shape(agent.actor_net.init, jax.random.PRNGKey(0),
                             jnp.zeros((1, obs_dim), jnp.float32))
     want = {k: tuple(v.shape)

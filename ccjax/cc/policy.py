@@ -43,7 +43,7 @@ from flax import struct
 
 from ccjax.agents.ppo import PPO
 from ccjax.cc.base import Decision
-from ccjax.envs.features import N_FEATURES, empty_history, encode, mi_features
+from ccjax.envs.features import N_FEATURES, empty_history, encode, mi_features, state_dim
 from ccjax.errors import ConfigError
 from ccjax.units import PACKET_BYTES
 
@@ -102,7 +102,7 @@ class PolicyController:
 
     @property
     def obs_dim(self) -> int:
-        return self.pref_dim + N_FEATURES * self.history
+        return state_dim(self.pref_dim, self.history)
 
     def make_params(self, n_flows: int, actor: Any = None, **overrides: Any) -> PolicyParams:
         """Parameters for ``n_flows`` flows from this controller's defaults; ``actor`` and any

@@ -29,6 +29,13 @@ from ccjax.sim.stats import MIStats
 #: the value an empty history slot holds: what Aurora's sender reports for an MI without data
 EMPTY = (1.0, 1.0, 0.0)
 N_FEATURES = 3
+
+
+def state_dim(pref_dim: int, history: int) -> int:
+    """Length of MOCC's state, the policy's input: the preference (``pref_dim`` values, 0 for
+    Aurora) followed by ``history`` MIs of ``N_FEATURES`` features."""
+    return pref_dim + N_FEATURES * history
+
 #: ratios are floored here before the log (a sending ratio is 0 in an MI that sent nothing
 #: while earlier packets were delivered): log(1e-3) = -6.9, far below any ratio a link gives
 LOG_FLOOR = 1e-3

@@ -38,8 +38,9 @@ first ``actor_obs_dim`` values (MOCC's state), so the trained policy, its export
 deployment are unchanged; what changes is the critic's baseline. Why: MOCC's state is relative
 (ratios to the flow's own history), so it cannot tell the critic how far below capacity the
 flow is or how good a link's latency can get, and the return differs from link to link by more
-than any one action changes it; with w_lat = 0.8 the gain of sending at 0.9 rather than 0.2 of
-capacity is 0.07 per MI, and the critic's errors drowned it.
+than any one action changes it; at w = <0.1, 0.8, 0.1> the gain of sending at 0.9 rather than
+0.2 of capacity is 0.052 per MI on ``mocc-train`` (constant-rate senders, docs/results/mocc.md),
+and the critic's errors drowned it.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from ccjax.cc.base import Controller, Decision
-from ccjax.envs.features import N_FEATURES, empty_history, encode, mi_features, push
+from ccjax.envs.features import empty_history, encode, mi_features, push, state_dim
 from ccjax.envs.rewards import MIOutcome, RewardFn, mocc_reward
 from ccjax.sim import capacity
 from ccjax.sim.core import SimState, init_state, tick
@@ -169,7 +170,7 @@ class SingleFlowEnv:
     @property
     def actor_obs_dim(self) -> int:
         """The policy's input: MOCC's state (preference and history)."""
-        return (3 if self.use_pref else 0) + N_FEATURES * self.history
+        return state_dim(3 if self.use_pref else 0, self.history)
 
     @property
     def obs_dim(self) -> int:
@@ -193,8 +194,8 @@ class SingleFlowEnv:
         """(N_CRITIC,) what the simulator knows and MOCC's state does not, scaled to O(1)."""
         cap = capacity.mean_rate_jnp(st.link.sched) / self.sim.tick_s
         base = st.link.rtt_ticks[0].astype(jnp.float32) * self.sim.tick_s
-        last = jax.tree.map(lambda x: x[0], st.sim.last)
-        rtt = jnp.where(last.rtt_samples > 0, last.rtt_mean, base)
+        last = st.sim.last  # the agent is flow 0
+        rtt = jnp.where(last.rtt_samples[0] > 0, last.rtt_mean[0], base)
         return jnp.stack([
             jnp.clip(jnp.log(st.rate / jnp.maximum(cap, 1e-9)), -5.0, 3.0),
             10.0 * jnp.asarray(st.link.loss, jnp.float32),

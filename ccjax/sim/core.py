@@ -216,8 +216,6 @@ def tick(
     tf = t.astype(jnp.float32)
     if cfg.model == "packet":
         key, k_loss, k_drop, k_jit = jax.random.split(s.key, 4)
-        # its own stream, derived so that every other draw is the same with and without it
-        k_retx = jax.random.fold_in(k_loss, 1)
     else:  # the fluid model draws nothing: expected values only
         key = s.key
     active = link.present & (t >= link.start_tick) & (t < link.stop_tick)
@@ -344,6 +342,8 @@ def tick(
         # The sender retransmits each reported loss now; the retransmission meets the link's
         # random loss like any packet (drop-tail is left out: after a reduction the queue has
         # room). It takes no capacity here: bulk senders' goodput is not modelled apart.
+        # (its own stream, derived so that every other draw is the same with and without it)
+        k_retx = jax.random.fold_in(k_loss, 1)
         retx_lost = PKT * sampling.binomial(k_retx, jnp.round(lost_b / PKT), link.loss)
     else:
         retx_lost = jnp.zeros_like(lost_b)

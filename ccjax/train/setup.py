@@ -13,7 +13,7 @@ from ccjax.agents.drivers import init_runner, rollout
 from ccjax.agents.ppo import PPO, PPOHyper
 from ccjax.algos import AlgoConfig
 from ccjax.envs.build import make_single_flow
-from ccjax.envs.features import N_FEATURES
+from ccjax.envs.features import state_dim
 from ccjax.envs.single_flow import EnvParams, SingleFlowEnv
 from ccjax.envs.vec import VecEnv
 
@@ -41,7 +41,7 @@ def make_agent(cfg: AlgoConfig) -> tuple[PPO, PPOHyper]:
     a = cfg.agent
     # With critic features the observation carries link facts after MOCC's state, which only
     # the critic reads (ccjax.envs.single_flow).
-    actor_obs = (a.get("pref_dim", 3) + N_FEATURES * cfg.env.get("history", 10)
+    actor_obs = (state_dim(a.get("pref_dim", 3), cfg.env.get("history", 10))
                  if a.get("critic_features", False) else None)
     agent = PPO(hidden=tuple(a.get("hidden", (64, 32))), pn_width=a.get("pn_width", 32),
                 pref_dim=a.get("pref_dim", 3), n_epochs=a.get("n_epochs", 4),
