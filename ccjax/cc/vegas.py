@@ -63,6 +63,15 @@ How the per-ACK sender maps to one MI per RTT:
   less in the queue, and with the wider band two flows can hold shares further apart (the
   short-RTT flow keeps more of what slow start gave it). ``ns3_segments`` selects this (default
   off: the paper's and Linux's real-valued Diff and windows), for the cross-validation.
+* ns-3.37 hands a congestion control the RTT estimator's *smoothed* RTT (``TcpSocketBase::
+  EstimateRtt`` sets ``m_lastRtt = m_rtt->GetEstimate ()``), not the sample, and
+  ``TcpVegas::PktsAcked`` keeps the lowest of those over the round as its RTT and the lowest
+  ever as BaseRTT. The smoothed RTT lags: it carries the queue of a round's ACK-clocked slow-start
+  bursts into the next round's first ACKs, whose own samples show an empty queue, so ns-3's
+  Vegas leaves slow start well below the BDP (one flow, 50 Mbps, 40 ms: at 71 packets) where
+  the lowest sample would not. ``ns3_rtt`` selects this (``stats.srtt_min``, BaseRTT the
+  lowest of it so far; default off: Linux's and the paper's lowest sample), for the
+  cross-validation.
 * The window never drops below two packets by Vegas' own decrease (Linux), nor below one packet.
 
 Windows are in bytes (what the simulator enforces), thresholds in packets of ``MSS`` bytes.
@@ -97,6 +106,8 @@ class VegasParams(struct.PyTreeNode):
                            # window) on a loss (not Linux's half) and where Vegas lowers ssthresh
     ns3_segments: jnp.ndarray  # (F,) bool: ns-3's whole segments (TcpVegas::IncreaseWindow:
                                # truncated targetCwnd, integer diff and window), not real values
+    ns3_rtt: jnp.ndarray  # (F,) bool: ns-3's RTT (TcpVegas::PktsAcked gets the smoothed RTT):
+                          # RTT the lowest smoothed RTT of the round, BaseRTT the lowest ever
     init_cwnd_pkts: jnp.ndarray  # (F,) initial window, packets (RFC 6928: 10)
     mi_rtts: jnp.ndarray  # (F,) MI length in smoothed RTTs (one adjustment per RTT)
     min_rto_s: jnp.ndarray  # (F,) RFC 6298 §2.4: 1 s
@@ -108,6 +119,7 @@ class VegasState(struct.PyTreeNode):
     cwnd_sent: jnp.ndarray  # (F,) bytes: the window of the previous MI (whose RTTs come back now)
     ssthresh: jnp.ndarray  # (F,) bytes
     ss_hold: jnp.ndarray  # (F,) bool: slow start holds the window this MI (grows every other)
+    base_srtt: jnp.ndarray  # (F,) s: the lowest smoothed RTT so far (BaseRTT with ``ns3_rtt``)
     ep: Episodes
 
 
@@ -129,7 +141,8 @@ class Vegas:
         return VegasParams(alpha=full(2.0), beta=full(4.0), gamma=full(1.0),
                            ss_every_other_rtt=jnp.ones(n_flows, bool),
                            ns3_loss=jnp.zeros(n_flows, bool),
-                           ns3_segments=jnp.zeros(n_flows, bool), init_cwnd_pkts=full(10.0),
+                           ns3_segments=jnp.zeros(n_flows, bool),
+                           ns3_rtt=jnp.zeros(n_flows, bool), init_cwnd_pkts=full(10.0),
                            mi_rtts=full(1.0), min_rto_s=full(1.0), max_rto_s=full(60.0))
 
     def _decide(self, cwnd: jnp.ndarray, srtt: jnp.ndarray, params: VegasParams) -> Decision:
@@ -140,7 +153,8 @@ class Vegas:
         rtt = jnp.broadcast_to(jnp.asarray(base_rtt_s, jnp.float32), params.init_cwnd_pkts.shape)
         cwnd = params.init_cwnd_pkts * MSS  # RFC 6928 §2
         state = VegasState(cwnd=cwnd, cwnd_sent=cwnd, ssthresh=jnp.full_like(cwnd, SSTHRESH_INIT),
-                           ss_hold=jnp.zeros(cwnd.shape, bool), ep=Episodes.start(rtt))
+                           ss_hold=jnp.zeros(cwnd.shape, bool), base_srtt=rtt,
+                           ep=Episodes.start(rtt))
         return state, self._decide(cwnd, rtt, params)
 
     def on_interval(self, state: VegasState, stats: MIStats, params: VegasParams):
@@ -156,6 +170,9 @@ class Vegas:
         trusted = (stats.rtt_samples >= MIN_SAMPLES_PKTS * MSS) & ~recovering
         rtt = jnp.where(stats.rtt_samples > 0, stats.rtt_min, stats.srtt)
         base = jnp.minimum(stats.min_rtt, rtt)
+        base_srtt = jnp.minimum(state.base_srtt, stats.srtt_min)
+        rtt = jnp.where(p.ns3_rtt, stats.srtt_min, rtt)
+        base = jnp.where(p.ns3_rtt, base_srtt, base)
         diff = vegas_diff(w_sent, base, rtt)
         # What the actual rate fills over BaseRTT (Linux target_cwnd = cwnd BaseRTT / RTT),
         # packets; no more than the measured delivery rate fills (see the module docstring).
@@ -220,5 +237,6 @@ class Vegas:
         # The every-other-RTT rhythm of slow start restarts with a growth RTT after a reduction.
         ss_hold = jnp.where(ev.loss | ev.timeout, False, ~state.ss_hold)
 
-        new = VegasState(cwnd=cwnd_new, cwnd_sent=cwnd, ssthresh=ssthresh, ss_hold=ss_hold, ep=ep)
+        new = VegasState(cwnd=cwnd_new, cwnd_sent=cwnd, ssthresh=ssthresh, ss_hold=ss_hold,
+                         base_srtt=base_srtt, ep=ep)
         return new, self._decide(cwnd_new, stats.srtt, p)

@@ -141,7 +141,7 @@ def _allocate_packets(offered: jnp.ndarray, space: jnp.ndarray, key: jnp.ndarray
 
 def _spread_group(cfg: SimConfig, link: LinkParams, t: jnp.ndarray, c0: jnp.ndarray,
                   qtot: jnp.ndarray, admit: jnp.ndarray, dropped: jnp.ndarray, x: jnp.ndarray,
-                  dep: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+                  dep: jnp.ndarray, first_flow: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
     """The queue-line rows of one tick's admitted group when it is delivered as served.
 
     The group occupies link positions ``(c0 + qtot, c0 + qtot + admit.sum()]`` (cumulative
@@ -151,8 +151,12 @@ def _spread_group(cfg: SimConfig, link: LinkParams, t: jnp.ndarray, c0: jnp.ndar
     with the drop notifications, as every group does without spreading.
 
     Packet model: flows' packets are queued one flow after another within the group, starting
-    with flow ``t mod F`` (no flow is always first), and a packet counts when its last byte has
-    left. Fluid model: the flows' bytes are mixed, each leaving in proportion to what it sent.
+    with flow ``first_flow``, drawn at random each tick, and a packet counts when its last byte
+    has left. (A fixed rotation, ``t mod F``, puts the same flow first every round when the
+    RTT is a multiple of F ticks: ACK-clocked bursts recur at the same tick phase, and the flow
+    queued second saw the larger delays every round; two equal Vegas flows at 50 Mbps, 40 ms,
+    left slow start at windows nearly 4:1 apart.) Fluid model: the flows' bytes are mixed, each leaving
+    in proportion to what it sent.
     Queueing delay of a slice: the mean departure time of its bytes (linear within a tick) less
     the group's arrival ``t + 1`` (arrivals are spread over the tick, as in ``tick``).
     Returns ``(rows (K, F, 3), slots (K,))``.
@@ -169,7 +173,7 @@ def _spread_group(cfg: SimConfig, link: LinkParams, t: jnp.ndarray, c0: jnp.ndar
     rel = bounds[1:] - start  # (K,) position (from the group's start) served by each tick's end
     if cfg.model == "packet":
         n = jnp.round(admit / PKT)
-        r0 = t % F
+        r0 = first_flow
         rolled = jnp.roll(n, -r0)
         off = jnp.roll(jnp.cumsum(rolled) - rolled, r0) * PKT  # (F,) bytes queued before flow f
         done = jnp.clip(jnp.floor((rel[:, None] - off[None, :]) / PKT + 1e-4), 0.0, n[None, :])
@@ -305,7 +309,9 @@ def tick(
     if cfg.window_sender == "ack-clocked":
         # Deliver the group as the link serves it, spread over the ticks its packets leave in,
         # not all at its last byte's tick: ACK clocking needs the bottleneck's spacing.
-        rows, idx = _spread_group(cfg, link, t, c0, qtot, admit, dropped, x, dep)
+        first_flow = (jax.random.randint(jax.random.fold_in(k_jit, 1), (), 0, cfg.n_flows)
+                      if cfg.model == "packet" else jnp.zeros((), jnp.int32))
+        rows, idx = _spread_group(cfg, link, t, c0, qtot, admit, dropped, x, dep, first_flow)
         qline = qline.at[idx].add(jnp.where(write, rows, 0.0))
     else:
         qline = qline.at[dep % cfg.queue_horizon].add(jnp.where(write, group, 0.0))
@@ -357,6 +363,7 @@ def tick(
         rtt_w=m.rtt_w + w, rtt_sum=m.rtt_sum + w * rtt,
         rtt_min=jnp.where(has, jnp.minimum(m.rtt_min, rtt), m.rtt_min),
         rtt_max=jnp.where(has, jnp.maximum(m.rtt_max, rtt), m.rtt_max),
+        srtt_min=jnp.where(has, jnp.minimum(m.srtt_min, srtt), m.srtt_min),
         h1_w=m.h1_w + jnp.where(first, w, 0.0), h1_sum=m.h1_sum + jnp.where(first, w * rtt, 0.0),
         h2_w=m.h2_w + jnp.where(first, 0.0, w), h2_sum=m.h2_sum + jnp.where(first, 0.0, w * rtt),
         hist=hist_add(m.hist, qd, w), qmax=jnp.where(has, jnp.maximum(m.qmax, qd), m.qmax),

@@ -75,6 +75,7 @@ class MIAccum(struct.PyTreeNode):
     rtt_sum: jnp.ndarray  # sum of bytes * RTT (s)
     rtt_min: jnp.ndarray
     rtt_max: jnp.ndarray
+    srtt_min: jnp.ndarray  # lowest smoothed RTT after a tick with ACKs
     h1_w: jnp.ndarray  # first half of the MI (Aurora's latency gradient)
     h1_sum: jnp.ndarray
     h2_w: jnp.ndarray
@@ -87,7 +88,8 @@ class MIAccum(struct.PyTreeNode):
     def zeros(cls, F: int, bins: int) -> MIAccum:
         z = jnp.zeros(F, jnp.float32)
         return cls(ticks=z, sent=z, acked=z, lost=z, rtt_w=z, rtt_sum=z,
-                   rtt_min=jnp.full(F, jnp.inf, jnp.float32), rtt_max=z, h1_w=z, h1_sum=z,
+                   rtt_min=jnp.full(F, jnp.inf, jnp.float32), rtt_max=z,
+                   srtt_min=jnp.full(F, jnp.inf, jnp.float32), h1_w=z, h1_sum=z,
                    h2_w=z, h2_sum=z, hist=jnp.zeros((F, bins), jnp.float32), qmax=z,
                    retx_lost=z)
 
@@ -115,6 +117,10 @@ class MIStats(struct.PyTreeNode):
     cwnd: jnp.ndarray
     inflight: jnp.ndarray
     srtt: jnp.ndarray
+    #: the lowest value the smoothed RTT took in the MI, updated by its ACKs (``srtt`` if none
+    #: came): what ns-3.37's congestion controls get as "the RTT" (``m_lastRtt`` is the
+    #: estimator's smoothed value, not the sample), and Vegas takes the minimum over an RTT
+    srtt_min: jnp.ndarray
     min_rtt: jnp.ndarray  # lowest RTT the sender has ever seen
     base_rtt: jnp.ndarray  # propagation RTT of the path (what percentiles are added to)
     qdelay_hist: jnp.ndarray  # (F, bins) acked bytes per queueing-delay bin
@@ -142,7 +148,8 @@ class MIStats(struct.PyTreeNode):
         return cls(duration_s=z, sent_bytes=z, acked_bytes=z, lost_bytes=z, rtt_samples=z,
                    rtt_mean=rtt_s, rtt_min=rtt_s, rtt_max=rtt_s,
                    rtt_first_half=rtt_s, rtt_second_half=rtt_s, send_rate=z,
-                   delivery_rate=z, loss_rate=z, cwnd=z, inflight=z, srtt=rtt_s, min_rtt=rtt_s,
+                   delivery_rate=z, loss_rate=z, cwnd=z, inflight=z, srtt=rtt_s, srtt_min=rtt_s,
+                   min_rtt=rtt_s,
                    base_rtt=rtt_s, qdelay_hist=jnp.zeros((F, bins), jnp.float32),
                    qdelay_max=z, retx_lost_bytes=z, tick_s=tick_s)
 
@@ -162,7 +169,9 @@ def finalize(acc: MIAccum, tick_s: float, base_rtt_s: jnp.ndarray, srtt: jnp.nda
         rtt_first_half=h1, rtt_second_half=h2,
         send_rate=acc.sent / dur, delivery_rate=acc.acked / dur,
         loss_rate=jnp.where(fb > 0, acc.lost / jnp.maximum(fb, 1e-30), 0.0),
-        cwnd=cwnd, inflight=inflight, srtt=srtt, min_rtt=min_rtt, base_rtt=base_rtt_s,
+        cwnd=cwnd, inflight=inflight, srtt=srtt,
+        srtt_min=jnp.where(has, jnp.minimum(acc.srtt_min, srtt), srtt), min_rtt=min_rtt,
+        base_rtt=base_rtt_s,
         qdelay_hist=acc.hist, qdelay_max=acc.qmax, retx_lost_bytes=acc.retx_lost,
         tick_s=tick_s,
     )
