@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ccjax.api import link_from_flags
+from ccjax.api import link_from_flags, simulate
 from ccjax.cc.copa import Copa
 from ccjax.cc.newreno import MSS
 from ccjax.cc.vegas import Vegas
@@ -167,6 +167,45 @@ def test_vegas_slow_start_exit_takes_the_measured_rate_when_lower():
     s = s.replace(cwnd=full, cwnd_sent=full, ss_hold=jnp.ones(1, bool))
     s, d = c.on_interval(s, mi(acked_pkts=50, rtt_min=rtt_for_diff(80, 2.0)), p)
     assert pkts(d.cwnd) == pytest.approx(51.0, rel=1e-5)
+
+
+def test_vegas_ns3_rtt_reads_the_smoothed_rtt():
+    """ns-3.37's TcpVegas gets the smoothed RTT: the lowest of it over the round is its RTT,
+    the lowest ever its BaseRTT (``ns3_rtt``). A round of 20 packets whose own samples show an
+    empty queue (lowest sample = BaseRTT) while the smoothed RTT still carries the last burst's
+    queue: with ``ns3_rtt`` Diff = 20 (1 - 40/48) = 3.3 > gamma and Vegas leaves slow start at
+    target + 1 = 17 (whole segments), without it Diff = 0 and the window doubles."""
+    c = Vegas()
+    p = c.default_params(1).replace(ss_every_other_rtt=jnp.zeros(1, bool),
+                                    ns3_segments=jnp.ones(1, bool))
+    f = lambda v: jnp.full(1, v, jnp.float32)  # noqa: E731
+    stats = mi(acked_pkts=20).replace(srtt_min=f(RTT * 1.2), srtt=f(RTT * 1.25))
+    for ns3, expect in ((False, 40.0), (True, 17.0)):
+        q = p.replace(ns3_rtt=jnp.full(1, ns3))
+        s, _ = c.init(q, jnp.full(1, RTT))
+        full = jnp.full(1, 20 * MSS)
+        s = s.replace(cwnd=full, cwnd_sent=full)
+        s, d = c.on_interval(s, stats, q)
+        assert pkts(d.cwnd) == pytest.approx(expect, rel=1e-5), ns3
+    # BaseRTT is the lowest smoothed RTT so far: a round whose smoothed RTT never fell below 1.2
+    # BaseRTT does not move it; a lower one does.
+    assert float(s.base_srtt[0]) == pytest.approx(RTT)
+    s, _ = c.on_interval(s, mi(acked_pkts=17).replace(srtt_min=f(RTT * 0.9)), q)
+    assert float(s.base_srtt[0]) == pytest.approx(RTT * 0.9)
+
+
+def test_mi_stats_srtt_min_is_the_lowest_smoothed_rtt():
+    """``MIStats.srtt_min``, the lowest smoothed RTT of the MI (what ns-3 hands its congestion
+    controls), lags the samples: on a queue that grows all the time (12 Mbps into 10 Mbps) it
+    lies below the MI's lowest sample and above the lowest sample ever, and the smoothed RTT at
+    the MI's end is above it."""
+    spec = link_from_flags(flows=1, bw_mbps=10.0, rtt_ms=[40.0], buffer_pkts=2000)
+    last = simulate([spec], cc="const", rate_mbps=12.0, duration_s=2.0).state.last
+    v = {k: float(np.asarray(getattr(last, k)).ravel()[0])
+         for k in ("min_rtt", "srtt_min", "rtt_min", "srtt", "rtt_samples")}
+    assert v["rtt_samples"] > 0
+    assert v["min_rtt"] < v["srtt_min"] < v["rtt_min"], v
+    assert v["srtt_min"] < v["srtt"], v
 
 
 def test_vegas_halves_on_loss_and_resets_on_timeout():

@@ -153,10 +153,10 @@ def _spread_group(cfg: SimConfig, link: LinkParams, t: jnp.ndarray, c0: jnp.ndar
     Packet model: flows' packets are queued one flow after another within the group, starting
     with flow ``first_flow``, drawn at random each tick, and a packet counts when its last byte
     has left. (A fixed rotation, ``t mod F``, puts the same flow first every round when the
-    RTT is a multiple of F ticks: ACK-clocked bursts recur at the same tick phase, and the flow
-    queued second saw the larger delays every round; two equal Vegas flows at 50 Mbps, 40 ms,
-    left slow start at windows nearly 4:1 apart.) Fluid model: the flows' bytes are mixed, each leaving
-    in proportion to what it sent.
+    RTT is a multiple of F ticks: ACK-clocked bursts recur at the same tick phase, and flow 0
+    was queued ahead of the others every round; four equal Vegas flows at 50 Mbps, 40 ms, gave
+    flow 0 the largest share on every one of eight links.) Fluid model: the flows' bytes are
+    mixed, each leaving in proportion to what it sent.
     Queueing delay of a slice: the mean departure time of its bytes (linear within a tick) less
     the group's arrival ``t + 1`` (arrivals are spread over the tick, as in ``tick``).
     Returns ``(rows (K, F, 3), slots (K,))``.
