@@ -179,9 +179,9 @@ def run_ccjax(scenarios: Sequence[Scenario], model: str = "packet", seeds: Seque
               window_sender: str | None = None, retx_loss: bool = True) -> list[Measured]:
     """All scenarios in ccjax with each seed (averaged, like ns-3's), one compiled batch per
     (controller, duration). ``window_sender``: see ``SimConfig``; ``None`` takes each
-    controller's ``NS3_WINDOW_SENDER``. ``retx_loss``: lost retransmissions
-    (``SimConfig.retx_loss``), as ns-3.37 has them; packet model only, so it is not applied to
-    the fluid model."""
+    controller's ``NS3_WINDOW_SENDER`` (paced for one not listed there). ``retx_loss``: lost
+    retransmissions (``SimConfig.retx_loss``), as ns-3.37 has them; packet model only, so it is
+    not applied to the fluid model."""
     from ccjax.api import link_from_flags, run_controller
     from ccjax.cc.registry import get_controller
 
@@ -201,7 +201,7 @@ def run_ccjax(scenarios: Sequence[Scenario], model: str = "packet", seeds: Seque
         t0 = time.perf_counter()
         res = run_controller(specs, ctl, ns3_equivalent_params(cc, ctl, n_flows),
                              duration_s=duration, model=model,
-                             window_sender=window_sender or NS3_WINDOW_SENDER[cc],
+                             window_sender=window_sender or NS3_WINDOW_SENDER.get(cc, "paced"),
                              retx_loss=retx_loss and model == "packet",
                              link_seeds=[scenario_seed(scenarios[i], s) for i, s in jobs])
         wall = (time.perf_counter() - t0) / len(jobs)
