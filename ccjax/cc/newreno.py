@@ -206,7 +206,8 @@ NEWRENO_MI_RTTS = 0.25
 
 def mi_length(mi_rtts: jnp.ndarray, srtt: jnp.ndarray, cwnd: jnp.ndarray,
               ssthresh: jnp.ndarray) -> jnp.ndarray:
-    """MI length in seconds: ``mi_rtts`` smoothed RTTs, at most a quarter RTT in slow start."""
+    """MI length in seconds: ``mi_rtts`` smoothed RTTs, at most ``1 / SLOW_START_MIS_PER_RTT``
+    of one in slow start."""
     ss = jnp.minimum(mi_rtts, 1.0 / SLOW_START_MIS_PER_RTT)
     return jnp.where(cwnd < ssthresh, ss, mi_rtts) * srtt
 

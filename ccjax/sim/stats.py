@@ -170,7 +170,7 @@ def finalize(acc: MIAccum, tick_s: float, base_rtt_s: jnp.ndarray, srtt: jnp.nda
         send_rate=acc.sent / dur, delivery_rate=acc.acked / dur,
         loss_rate=jnp.where(fb > 0, acc.lost / jnp.maximum(fb, 1e-30), 0.0),
         cwnd=cwnd, inflight=inflight, srtt=srtt,
-        srtt_min=jnp.where(has, jnp.minimum(acc.srtt_min, srtt), srtt), min_rtt=min_rtt,
+        srtt_min=jnp.where(has, acc.srtt_min, srtt), min_rtt=min_rtt,
         base_rtt=base_rtt_s,
         qdelay_hist=acc.hist, qdelay_max=acc.qmax, retx_lost_bytes=acc.retx_lost,
         tick_s=tick_s,
