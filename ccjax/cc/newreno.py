@@ -201,6 +201,9 @@ SLOW_START_MIS_PER_RTT = 16.0
 #: eight ccjax seeds each): within every tolerance 46 with one-RTT MIs (slow start a quarter),
 #: 49 with quarter-RTT MIs (slow start a quarter as well), 51 with quarter-RTT MIs and slow start
 #: a sixteenth; with two seeds 42, 44 and 44.
+#: (Since then the simulator also ends a window sender's MI at the tick that reports a loss, so
+#: the reaction itself no longer waits for the MI's end; the short MIs still make the growth
+#: between reports closer to per-ACK.)
 NEWRENO_MI_RTTS = 0.25
 
 

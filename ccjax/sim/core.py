@@ -381,7 +381,9 @@ def tick(
     )
 
     # 7. MI boundary: latch stats, ask the controller, reset the accumulators.
-    done = mi.ticks >= s.mi_len.astype(jnp.float32)
+    # A window sender (rate 0: NewReno, CUBIC, Vegas) answers a loss report at once, as a
+    # per-ACK TCP answers the third duplicate ACK: its MI ends at the tick that brings one.
+    done = (mi.ticks >= s.mi_len.astype(jnp.float32)) | ((dec.rate <= 0) & (lost_b > 0))
     # Bytes in flight as the sender knows them: a difference of three float32 running sums, so
     # when everything sent is resolved it can come out a rounding error below zero (seen: -0.004
     # bytes after 30 ms of a 2 Mbps flow); zero is the exact value then.
