@@ -253,7 +253,7 @@ class NewReno:
 
     def _decide(self, cwnd: jnp.ndarray, srtt: jnp.ndarray, params: NewRenoParams,
                 ssthresh: jnp.ndarray) -> Decision:
-        # Window-based: pace at cwnd/srtt (rate 0), at most cwnd in flight; one MI per RTT.
+        # Window-based: pace at cwnd/srtt (rate 0), at most cwnd in flight; MIs: ``mi_length``.
         return Decision(rate=jnp.zeros_like(cwnd), cwnd=cwnd,
                         mi_s=mi_length(params.mi_rtts, srtt, cwnd, ssthresh))
 
