@@ -305,6 +305,19 @@ def test_cubic_rtt_unfairness_direction():
     assert short > 1.2 * long
 
 
+def test_cubic_mi_lengths():
+    """A quarter RTT in congestion avoidance, a sixteenth in slow start, except one RTT in slow
+    start while HyStart is on (its delay test compares whole rounds)."""
+    c = Cubic()
+    for hystart, ss_mi in ((True, RTT), (False, RTT / 16)):
+        p = c.default_params(1).replace(hystart=jnp.full(1, hystart))
+        s, d = c.init(p, jnp.full(1, RTT))
+        assert float(d.mi_s[0]) == pytest.approx(ss_mi)
+        s, d = c.on_interval(s, mi(acked_pkts=5.0, lost_pkts=1.0, inflight_pkts=10.0), p)
+        assert pkts(d.cwnd) >= pkts(s.ssthresh) - 1e-6  # out of slow start after the loss
+        assert float(d.mi_s[0]) == pytest.approx(RTT / 4)
+
+
 def test_cubic_hystart_delay_test_ends_slow_start():
     c = Cubic()
     p = c.default_params(1)

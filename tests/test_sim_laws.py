@@ -119,6 +119,21 @@ def test_loss_is_learned_one_rtt_later(model):
 
 
 @pytest.mark.parametrize("model", MODELS)
+def test_window_sender_mi_ends_at_a_loss_report(model):
+    """A window sender (rate 0) answers a loss report at once, as a per-ACK TCP answers the third
+    duplicate ACK: its MI ends at every tick that brings one. A rate-based sender's MIs keep
+    their length."""
+    spec = LinkSpec(bandwidth_mbps=(10.0,), buffer_pkts=5, rtt_ms=(40.0,), start_s=(0.0,))
+    _, _, _, win = tick_trace(spec, model, 0.0, 1.0, window_pkts=60)
+    _, _, _, rate = tick_trace(spec, model, 30.0, 1.0)
+    for r in (win, rate):
+        r["reported"] = np.diff(r["lost"][:, 0], prepend=0.0) > 0
+    assert win["reported"].sum() >= 10 and rate["reported"].sum() >= 10
+    assert win["mi_done"][win["reported"], 0].all()
+    assert rate["mi_done"][rate["reported"], 0].mean() < 0.5
+
+
+@pytest.mark.parametrize("model", MODELS)
 def test_window_sender_is_window_limited(model):
     spec = LinkSpec(bandwidth_mbps=(100.0,), buffer_pkts=1000, rtt_ms=(40.0,), start_s=(0.0,))
     cfg, _, _, r = tick_trace(spec, model, 0.0, 3.0, window_pkts=10)
