@@ -112,7 +112,9 @@ def ci_matrix(duration_s: float = 30.0) -> list[Scenario]:
 #: report at once) three left the list: "newreno 2f 10Mbps 40/40ms 4BDP loss0.01" (queueing
 #: delay), "newreno 4f 10Mbps 20/47/73/100ms 4BDP loss0" and "cubic 2f 10Mbps 20/100ms 0.25BDP
 #: loss0" (Jain's index), and three joined it: "newreno 2f 10Mbps 20/100ms 0.25BDP loss0",
-#: "cubic 2f 50Mbps 40/40ms 1BDP loss0.01", "cubic 4f 10Mbps 20/47/73/100ms 4BDP loss0".
+#: "cubic 2f 50Mbps 40/40ms 1BDP loss0.01", "cubic 4f 10Mbps 20/47/73/100ms 4BDP loss0". With
+#: ns-3 TcpCubic's never-reset ACK counter (``Cubic._ns3``) "cubic 4f 10Mbps 40/40/40/40ms
+#: 0.25BDP loss0.01" joined it (utilization 0.503 with two seeds, 0.508 with eight; ns-3 0.532).
 CI_AGREEING = (
     "newreno 1f 10Mbps 40ms 1BDP loss0",
     "newreno 1f 50Mbps 40ms 0.25BDP loss0.01",
@@ -126,6 +128,7 @@ CI_AGREEING = (
     "cubic 2f 10Mbps 40/40ms 4BDP loss0.01",
     "cubic 4f 50Mbps 20/47/73/100ms 1BDP loss0",
     "cubic 4f 10Mbps 20/47/73/100ms 4BDP loss0",
+    "cubic 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01",
     "vegas 1f 10Mbps 40ms 1BDP loss0",
     "vegas 1f 50Mbps 40ms 0.25BDP loss0.01",
     "vegas 1f 50Mbps 40ms 4BDP loss0",

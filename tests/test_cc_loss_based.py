@@ -254,6 +254,38 @@ def test_cubic_ns3_mode_truncated_target_plateaus_at_w_max():
     assert pkts(d.cwnd) >= 11.0
 
 
+def test_cubic_ns3_mode_ack_counter_is_never_reset():
+    """ns-3 TcpCubic's m_cWndCnt: congestion avoidance adds every acked segment, grows one
+    segment (at most one per ACK) when it reaches cnt, and nothing resets it. On a plateau
+    (cnt = 100 segCwnd) it banks the ACKs; after a timeout (no W_max: cnt at most 20) the bank
+    pays one segment per ACK, so the window doubles per RTT until the bank is spent."""
+    c, p, s = _ns3_cubic()
+    f = lambda v: jnp.full(1, v, jnp.float32)  # noqa: E731
+    # A plateau at W_max = 10 (origin 10, K = 0: the target stays 10 for 1.36 s).
+    s = s.replace(cwnd=f(10 * MSS), ssthresh=f(5 * MSS), w_max=f(10.0), origin=f(10.0),
+                  k=f(0.0), epoch_start=f(0.0), in_epoch=jnp.ones(1, bool))
+    for _ in range(30):
+        s, d = c.on_interval(s, mi(acked_pkts=10, inflight_pkts=10), p)
+    assert pkts(d.cwnd) == pytest.approx(10.0)  # 300 ACKs < cnt = 1000: no growth
+    assert float(s.bank[0]) == pytest.approx(300.0)
+
+    def after_timeout(bank: float) -> list[float]:
+        t = s.replace(cwnd=f(2 * MSS), ssthresh=f(2 * MSS), w_max=f(0.0),
+                      in_epoch=jnp.zeros(1, bool), bank=f(bank))
+        seen = []
+        for _ in range(6):
+            w = pkts(t.cwnd)
+            t, d = c.on_interval(t, mi(acked_pkts=w, inflight_pkts=w), p)
+            seen.append(pkts(d.cwnd))
+        return seen
+
+    banked = after_timeout(300.0)
+    assert banked[:3] == pytest.approx([4.0, 8.0, 16.0])  # one segment per ACK
+    assert banked[-1] < 22.0  # ... until the 300 banked ACKs are spent (20 per segment)
+    fresh = after_timeout(0.0)
+    assert fresh[2] <= 3.0  # without the bank: one segment per 20 ACKs
+
+
 def test_cubic_reno_friendly_region_at_short_rtt():
     """§4.3: at a small BDP the Reno-friendly estimate dominates the (slow) cubic growth."""
     c = Cubic()
