@@ -229,7 +229,7 @@ class Cubic:
 
         # --- ns-3.37 TcpCubic's arithmetic (``ns3_integer``), the reference ccjax is compared
         # with in docs/validation.md; see ``_ns3``.
-        n3 = self._ns3(state, stats, p, ev, w, acked, in_ss, grow)
+        n3 = self._ns3(state, stats, p, ev, w, acked, in_ss, ss_cwnd, grow)
         sel = p.ns3_integer
         cwnd_new = jnp.where(sel, n3["cwnd"], cwnd_new)
         ssthresh = jnp.where(sel, jnp.where(ev.loss | ev.timeout, n3["ssthresh"],
@@ -247,7 +247,7 @@ class Cubic:
         return new, self._decide(cwnd_new, stats.srtt, p, ssthresh)
 
     @staticmethod
-    def _ns3(state: CubicState, stats: MIStats, p: CubicParams, ev, w, acked, in_ss,
+    def _ns3(state: CubicState, stats: MIStats, p: CubicParams, ev, w, acked, in_ss, ss_cwnd,
              grow) -> dict:
         """ns-3.37 TcpCubic (``IncreaseWindow``, ``Update``, ``GetSsThresh``) with the ACK
         accounting of ns-3.37's ``TcpSocketBase::ProcessAck``, per MI.
@@ -288,22 +288,19 @@ class Cubic:
         window restarts near everything the receiver got during the wait, up to thousands of
         segments at 50 Mbps (four 40 ms flows, 50 Mbps, 1 BDP, 1 % loss, seed 1: one flow's
         window went 1 -> 155 -> 3131 segments within 80 ms), and ns-3's drop rate in such runs
-        reaches 10 to 35 %. Modelled
-        here (measured, the 60 CUBIC scenarios against the stored ns-3 runs, eight ccjax seeds),
-        a fifth of ccjax's runs under 1 % loss ran away to drop rates of 0.6 to 0.9 and 44
-        scenarios were within every tolerance, against 51 without it: ccjax's recovery refills
-        the window as reports free it, where ns-3's PRR sends in proportion to what is
-        delivered, so the burst after such a restart does not settle as ns-3's does.
+        reaches 10 to 35 %. Modelled here (measured, the 60 CUBIC scenarios against the stored
+        ns-3 runs, eight ccjax seeds), a fifth of ccjax's runs under 1 % loss ran away to drop
+        rates of 0.6 to 0.9 and 44 scenarios were within every tolerance, against 51 without
+        it: ccjax's recovery refills the window as reports free it, where ns-3's PRR sends in
+        proportion to what is delivered, so the burst after such a restart does not settle as
+        ns-3's does.
         """
         seg = jnp.floor(w + 1e-4)
         a = acked / MSS  # ACKs of new data (ev.acked_new), segments
         acked_all = jnp.maximum(stats.acked_bytes, 0.0)
         last_max = state.w_max  # m_lastMaxCwnd; 0 = unset
-
-        # --- Slow start: one segment per acked segment up to ssthresh (per ACK, so at most the
-        # crossing ACK's one segment beyond it); IncreaseWindow zeroes segmentsAcked after it,
-        # so slow start banks nothing.
-        ss_cwnd = slow_start(w * MSS, state.ssthresh, acked)[0] / MSS
+        # Slow start (``ss_cwnd``, bytes, from ``on_interval``) banks nothing: IncreaseWindow
+        # zeroes segmentsAcked after it.
 
         # --- Congestion avoidance.
         ca = grow & ~in_ss & (a > 0)
@@ -333,7 +330,7 @@ class Cubic:
         bank = bank - n1 * cnt1
         n2 = jnp.minimum(calls - n1, jnp.floor(bank / cnt2))
         bank = bank - n2 * cnt2
-        cwnd = jnp.where(grow, jnp.where(in_ss, ss_cwnd, w + n1 + n2), w) * MSS
+        cwnd = jnp.where(grow, jnp.where(in_ss, ss_cwnd, (w + n1 + n2) * MSS), w * MSS)
         # GetSsThresh: W_max with fast convergence, ssthresh from the window, whole segments.
         lm = jnp.where(p.fast_convergence & (seg < last_max), jnp.floor(seg * (1.0 + p.beta) / 2.0),
                        seg)
