@@ -122,6 +122,22 @@ def test_vegas_diff_uses_the_window_the_samples_were_sent_with():
     assert pkts(d.cwnd) == pytest.approx(40.0, rel=1e-5)
 
 
+def test_vegas_ns3_segments_reads_diff_from_the_window_now():
+    # ns-3's TcpVegas::IncreaseWindow takes segCwnd from the window when the round ends (40),
+    # not from the one that produced the round's RTTs (30), as the default does (test above).
+    c, p, s = vegas_in_ca(40.0)
+    p3 = p.replace(ns3_segments=jnp.ones(1, bool))
+    s = s.replace(cwnd_sent=jnp.full(1, 30 * MSS))
+    # Diff 1.8 of 30 packets: the default grows; ns-3 reads 40 - floor(37.6) = 3: holds.
+    st = mi(acked_pkts=30, rtt_min=rtt_for_diff(30, 1.8))
+    assert pkts(c.on_interval(s, st, p)[1].cwnd) == pytest.approx(41.0, rel=1e-5)
+    assert pkts(c.on_interval(s, st, p3)[1].cwnd) == pytest.approx(40.0, rel=1e-5)
+    # Diff 3.5 of 30: the default holds; ns-3 reads 40 - floor(35.3) = 5 > beta: shrinks.
+    st = mi(acked_pkts=30, rtt_min=rtt_for_diff(30, 3.5))
+    assert pkts(c.on_interval(s, st, p)[1].cwnd) == pytest.approx(40.0, rel=1e-5)
+    assert pkts(c.on_interval(s, st, p3)[1].cwnd) == pytest.approx(39.0, rel=1e-5)
+
+
 def test_vegas_few_samples_falls_back_to_reno_and_no_ack_changes_nothing():
     c, p, s = vegas_in_ca(40.0)
     # Two packets' worth of samples (Linux cntRTT <= 2): Reno congestion avoidance.
