@@ -317,6 +317,13 @@ def run_ns3(scenarios: Sequence[Scenario], seeds: Sequence[int] = (1, 2), worker
             ) -> list[tuple[Measured, Spread]]:
     """All scenarios in ns-3 with each seed, ``workers`` processes at a time; per scenario the
     seed average and the seed-to-seed spread."""
+    return [average(runs) for runs in run_ns3_seeds(scenarios, seeds, workers)]
+
+
+def run_ns3_seeds(scenarios: Sequence[Scenario], seeds: Sequence[int], workers: int = 2
+                  ) -> list[list[Measured]]:
+    """All scenarios in ns-3 with each seed, ``workers`` processes at a time; per scenario its
+    runs, in the order of ``seeds``."""
     from ccjax import ns3
 
     ns3.build()
@@ -334,7 +341,47 @@ def run_ns3(scenarios: Sequence[Scenario], seeds: Sequence[int] = (1, 2), worker
     with ThreadPoolExecutor(max_workers=max(1, workers)) as ex:
         runs = list(ex.map(one, jobs))
     k = len(seeds)
-    return [average(runs[i * k:(i + 1) * k]) for i in range(len(scenarios))]
+    return [runs[i * k:(i + 1) * k] for i in range(len(scenarios))]
+
+
+def ns3_against_itself(scenarios: Sequence[Scenario], ref: Sequence[tuple[Measured, Spread]],
+                       runs: Sequence[Sequence[Measured]]) -> list[Comparison]:
+    """ns-3 runs with other seeds, averaged, checked against ns-3's reference rows (``ref``,
+    seeds 1 and 2) exactly as ccjax is (``compare``): how often a model that *is* ns-3, and
+    differs from the reference only by its seeds, meets the tolerances. Its count is the most
+    any model can be expected to reach on this matrix."""
+    return [compare(sc, r, average(rs)[0], sp)
+            for sc, (r, sp), rs in zip(scenarios, ref, runs, strict=True)]
+
+
+def ns3_runs_as_records(scenarios: Sequence[Scenario], seeds: Sequence[int],
+                        runs: Sequence[Sequence[Measured]]) -> dict:
+    return {"seeds": list(seeds),
+            "rows": [{"scenario": asdict(sc), "runs": [asdict(m) for m in rs]}
+                     for sc, rs in zip(scenarios, runs, strict=True)]}
+
+
+def ns3_runs_from_records(scenarios: Sequence[Scenario], seeds: Sequence[int], path
+                          ) -> list[list[Measured]] | None:
+    """The per-seed ns-3 runs of ``scenarios`` stored by ``ns3_runs_as_records`` under a
+    report's ``"ns3_self"`` key, or None where the report has none for these seeds and
+    scenarios (then they are run)."""
+    import json
+    from pathlib import Path
+
+    try:
+        rec = json.loads(Path(path).read_text()).get("ns3_self") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    if list(rec.get("seeds", [])) != list(seeds):
+        return None
+    by_key = {}
+    for r in rec.get("rows", []):
+        sc = Scenario(**{**r["scenario"], "rtt_ms": tuple(r["scenario"]["rtt_ms"])})
+        by_key[(sc.name, sc.duration_s)] = [Measured(**m) for m in r["runs"]]
+    if any((sc.name, sc.duration_s) not in by_key for sc in scenarios):
+        return None
+    return [by_key[(sc.name, sc.duration_s)] for sc in scenarios]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -406,16 +453,24 @@ def _fmt_shares(m: Measured) -> str:
     return "/".join(f"{x:.2f}" for x in m.shares)
 
 
-def markdown_table(rows: Iterable[Comparison], title: str) -> str:
+def markdown_table(rows: Iterable[Comparison], title: str,
+                   itself: Sequence[Comparison] | None = None, itself_label: str = "") -> str:
+    """One controller's table. ``itself``: ns-3 with other seeds against the same reference
+    (``ns3_against_itself``), one per row, shown as a last column headed ``itself_label``."""
     rows = list(rows)
     n_ok = sum(r.ok for r in rows)
-    lines = [f"### {title}", "",
-             f"{n_ok} of {len(rows)} scenarios within every tolerance.", "",
+    head = f"{n_ok} of {len(rows)} scenarios within every tolerance"
+    if itself is not None:
+        head += f"; ns-3 itself ({itself_label}): {sum(c.ok for c in itself)} of {len(itself)}"
+    lines = [f"### {title}", "", head + ".", "",
              "| scenario | util ns-3 | util ccjax | qdelay ms ns-3 | qdelay ms ccjax | "
              "loss ns-3 | loss ccjax | Jain ns-3 | Jain ccjax | shares ns-3 | shares ccjax | "
-             "ns-3 seed spread (util, qdelay, Jain, loss range) | outside tolerance |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|"]
-    for r in rows:
+             "ns-3 seed spread (util, qdelay, Jain, loss range) | outside tolerance |"
+             + (f" ns-3 itself ({itself_label}): outside tolerance |" if itself is not None
+                else ""),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|"
+             + ("---|" if itself is not None else "")]
+    for i, r in enumerate(rows):
         a, b = r.ns3, r.ccjax
         sp = r.spread or Spread(0.0, 0.0, 0.0)
         lines.append(
@@ -424,7 +479,8 @@ def markdown_table(rows: Iterable[Comparison], title: str) -> str:
             f"{a.loss_rate:.4f} | {b.loss_rate:.4f} | {a.jain:.3f} | {b.jain:.3f} | "
             f"{_fmt_shares(a)} | {_fmt_shares(b)} | {sp.utilization:.3f}, "
             f"{sp.mean_queue_delay_ms:.1f}, {sp.jain:.3f}, {sp.loss_min:.4f}-{sp.loss_max:.4f} | "
-            f"{', '.join(r.failures()) or '-'} |")
+            f"{', '.join(r.failures()) or '-'} |"
+            + (f" {', '.join(itself[i].failures()) or '-'} |" if itself is not None else ""))
     return "\n".join(lines) + "\n"
 
 
@@ -472,7 +528,8 @@ def summary_counts(rows: Sequence[Comparison]) -> dict[str, float]:
 
 __all__ = [
     "Scenario", "Measured", "Spread", "average", "Comparison", "full_matrix", "ci_matrix",
-    "run_ccjax", "run_ns3", "NS3_WINDOW_SENDER", "ns3_equivalent_params", "compare",
+    "run_ccjax", "run_ns3", "run_ns3_seeds", "ns3_against_itself", "ns3_runs_as_records",
+    "ns3_runs_from_records", "NS3_WINDOW_SENDER", "ns3_equivalent_params", "compare",
     "validate", "markdown_table", "as_records",
     "ns3_from_records",
     "summary_counts", "rtt_order_preserved",
