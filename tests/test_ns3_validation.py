@@ -59,3 +59,53 @@ def test_ns3_rows_read_back_from_a_report(tmp_path):
     assert got == ref and got_sp == sp
     with pytest.raises(ConfigError, match="no ns-3 rows for 1 scenario"):
         v.ns3_from_records([a, b], path)
+
+
+def test_ns3_against_itself_checks_other_seeds_as_ccjax_is_checked(tmp_path):
+    """ns-3 with other seeds, averaged, against the reference rows: the same ``compare``;
+    its runs go into a report's JSON and come back only for the same seeds and scenarios; the
+    table shows the count and a column of ns-3's own misses."""
+    import json
+
+    a, b = v.ci_matrix(30.0)[:2]
+    ref = [(v.Measured(0.90, 12.0, 0.004, [4.5, 4.4]), v.Spread(0.01, 0.5, 0.02, 0.003, 0.005)),
+           (v.Measured(0.90, 12.0, 0.004, [4.5, 4.4]), v.Spread(0.01, 0.5, 0.02, 0.003, 0.005))]
+    near = [v.Measured(0.91, 12.5, 0.0045, [4.6, 4.4]), v.Measured(0.89, 11.8, 0.004, [4.4, 4.5])]
+    # Seed by seed within tolerance, but their mean is not: 0.90 + 0.05 is outside 0.03.
+    far = [v.Measured(0.95, 12.0, 0.004, [4.7, 4.7]), v.Measured(0.95, 12.0, 0.004, [4.7, 4.7])]
+    itself = v.ns3_against_itself([a, b], ref, [near, far])
+    assert itself[0].ok and itself[1].failures() == ["utilization"]
+
+    path = tmp_path / "validation.json"
+    path.write_text(json.dumps({"ns3_self": v.ns3_runs_as_records([a, b], (3, 4), [near, far])}))
+    assert v.ns3_runs_from_records([a, b], (3, 4), path) == [near, far]
+    assert v.ns3_runs_from_records([a, b], (3, 4, 5), path) is None  # other seeds: rerun
+    c = v.ci_matrix(30.0)[2]
+    assert v.ns3_runs_from_records([a, c], (3, 4), path) is None  # a scenario it lacks
+    assert v.ns3_runs_from_records([a], (3, 4), tmp_path / "missing.json") is None
+
+    rows = [v.compare(a, ref[0][0], near[0], ref[0][1]), v.compare(b, ref[1][0], near[1],
+                                                                    ref[1][1])]
+    md = v.markdown_table(rows, "ci", itself, "seeds 3-4")
+    assert "2 of 2 scenarios within every tolerance; ns-3 itself (seeds 3-4): 1 of 2." in md
+    last = [ln.rstrip(" |").rsplit("| ", 1)[1] for ln in md.splitlines() if ln.startswith("| ")]
+    assert last[1:] == ["-", "utilization"]  # header first, then one cell per scenario
+
+
+def test_validate_script_reads_the_self_check_seeds():
+    """``scripts/validate_ns3.py --ns3-self-seeds``: ranges, lists and 'none'; the reference
+    seeds 1 and 2, repeats and junk are refused with the allowed forms named."""
+    import argparse
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "validate_ns3.py"
+    spec = importlib.util.spec_from_file_location("validate_ns3", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod._parse_seeds("3-10") == tuple(range(3, 11))
+    assert mod._parse_seeds("4,7") == (4, 7)
+    assert mod._parse_seeds("none") == ()
+    for bad in ("1-4", "3,3", "x", "5-4"):
+        with pytest.raises(argparse.ArgumentTypeError, match="seeds >= 3"):
+            mod._parse_seeds(bad)
