@@ -155,6 +155,9 @@ class Measured:
     wall_s: float = 0.0
     #: ns-3: retransmission timeouts of all flows (seed average); ccjax does not count them (0)
     timeouts: float = 0.0
+    #: A seed average's Jain index: the mean of its runs' indices (``average``); None for one
+    #: run, whose index comes from its throughputs
+    jain_mean: float | None = None
 
     @property
     def shares(self) -> list[float]:
@@ -163,6 +166,13 @@ class Measured:
 
     @property
     def jain(self) -> float:
+        """Jain's index (Jain, Chiu & Hawe 1984): (sum x)^2 / (n sum x^2) of the flows'
+        throughputs; of a seed average, the mean of its runs' indices. (The index of the
+        averaged throughputs would not do: which flow wins varies from seed to seed, so
+        averaging more runs evens the throughputs out, and eight ccjax seeds would look fairer
+        than two ns-3 seeds of the same behaviour.)"""
+        if self.jain_mean is not None:
+            return self.jain_mean
         x = np.asarray(self.throughput_mbps, float)
         den = len(x) * float((x * x).sum())
         return float(x.sum() ** 2 / den) if den > 0 else 1.0
@@ -308,7 +318,7 @@ def average(runs: Sequence[Measured]) -> tuple[Measured, Spread]:
     thr = np.mean([m.throughput_mbps for m in runs], axis=0)
     mean = Measured(float(util.mean()), float(qd.mean()), float(loss.mean()),
                     [float(x) for x in thr], float(sum(m.wall_s for m in runs)),
-                    float(np.mean([m.timeouts for m in runs])))
+                    float(np.mean([m.timeouts for m in runs])), float(jain.mean()))
     return mean, Spread(float(np.ptp(util)), float(np.ptp(qd)), float(np.ptp(jain)),
                         float(loss.min()), float(loss.max()))
 
@@ -361,27 +371,23 @@ def ns3_runs_as_records(scenarios: Sequence[Scenario], seeds: Sequence[int],
                      for sc, rs in zip(scenarios, runs, strict=True)]}
 
 
-def ns3_runs_from_records(scenarios: Sequence[Scenario], seeds: Sequence[int], path
-                          ) -> list[list[Measured]] | None:
+def ns3_runs_from_records(scenarios: Sequence[Scenario], seeds: Sequence[int], path,
+                          key: str = "ns3_self") -> list[list[Measured]] | None:
     """The per-seed ns-3 runs of ``scenarios`` stored by ``ns3_runs_as_records`` under a
-    report's ``"ns3_self"`` key, or None where the report has none for these seeds and
-    scenarios (then they are run)."""
+    report's ``key`` (``"ns3_self"``: the self-check's seeds; ``"ns3_runs"``: the reference
+    seeds 1 and 2), or None where the report has none for these seeds and scenarios (then they
+    are run)."""
     import json
     from pathlib import Path
 
     try:
-        rec = json.loads(Path(path).read_text()).get("ns3_self") or {}
+        rec = json.loads(Path(path).read_text()).get(key)
     except (OSError, ValueError, AttributeError):
         return None
-    if list(rec.get("seeds", [])) != list(seeds):
+    runs = _runs_by_scenario(rec, seeds)
+    if runs is None or any((sc.name, sc.duration_s) not in runs for sc in scenarios):
         return None
-    by_key = {}
-    for r in rec.get("rows", []):
-        sc = Scenario(**{**r["scenario"], "rtt_ms": tuple(r["scenario"]["rtt_ms"])})
-        by_key[(sc.name, sc.duration_s)] = [Measured(**m) for m in r["runs"]]
-    if any((sc.name, sc.duration_s) not in by_key for sc in scenarios):
-        return None
-    return [by_key[(sc.name, sc.duration_s)] for sc in scenarios]
+    return [runs[(sc.name, sc.duration_s)] for sc in scenarios]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -490,33 +496,48 @@ def as_records(rows: Iterable[Comparison]) -> list[dict]:
             for r in rows]
 
 
-def ns3_from_records(scenarios: Sequence[Scenario], path) -> list[tuple[Measured, Spread]]:
-    """ns-3's seed averages and spreads for ``scenarios``, read from a report's JSON
-    (``as_records``) instead of rerun: ns-3 is deterministic for a given build and seed, so this
-    lets the ccjax side be regenerated alone. Every scenario must be there."""
+def ns3_from_records(scenarios: Sequence[Scenario], path, seeds: Sequence[int] = (1, 2)
+                     ) -> list[tuple[Measured, Spread]]:
+    """ns-3's seed averages and spreads for ``scenarios``, from the per-seed runs a report's
+    JSON stores under ``"ns3_runs"`` (``ns3_runs_as_records``) instead of rerun: ns-3 is
+    deterministic for a given build and seed, so this lets the ccjax side be regenerated alone.
+    Every scenario must be there, with these seeds."""
     import json
     from pathlib import Path
 
     from ccjax.errors import ConfigError
 
     try:
-        recs = json.loads(Path(path).read_text())["rows"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        rec = json.loads(Path(path).read_text())
+        rec = rec["ns3_runs"]
+    except KeyError:
+        raise ConfigError(f"--ns3-from {path}: holds no per-seed ns-3 runs (\"ns3_runs\"; "
+                          f"reports written before they were stored have only averages); "
+                          f"allowed: a report written by this version, or rerun without "
+                          f"--ns3-from") from None
+    except (OSError, ValueError, TypeError) as e:
         raise ConfigError(f"--ns3-from {path}: not a validation report's JSON ({e})") from None
-    by_key = {}
-    for r in recs:
-        sc = Scenario(**{**r["scenario"], "rtt_ms": tuple(r["scenario"]["rtt_ms"])})
-        by_key[(sc.name, sc.duration_s)] = r
-    missing = [sc.name for sc in scenarios if (sc.name, sc.duration_s) not in by_key]
+    runs = _runs_by_scenario(rec, seeds)
+    if runs is None:
+        raise ConfigError(f"--ns3-from {path}: its ns-3 runs are of seeds "
+                          f"{rec.get('seeds') if isinstance(rec, dict) else None}, not "
+                          f"{list(seeds)}; allowed: a report with the same seeds")
+    missing = [sc.name for sc in scenarios if (sc.name, sc.duration_s) not in runs]
     if missing:
         raise ConfigError(f"--ns3-from {path}: no ns-3 rows for {len(missing)} scenario(s), "
                           f"e.g. {missing[0]!r}; allowed: a report of the same matrix and "
                           f"duration")
-    out = []
-    for sc in scenarios:
-        r = by_key[(sc.name, sc.duration_s)]
-        sp = r.get("ns3_spread") or {}
-        out.append((Measured(**r["ns3"]), Spread(**sp) if sp else Spread(0.0, 0.0, 0.0)))
+    return [average(runs[(sc.name, sc.duration_s)]) for sc in scenarios]
+
+
+def _runs_by_scenario(rec, seeds: Sequence[int]) -> dict | None:
+    """``ns3_runs_as_records``'s record -> {(name, duration): runs}; None for other seeds."""
+    if not isinstance(rec, dict) or list(rec.get("seeds", [])) != list(seeds):
+        return None
+    out = {}
+    for r in rec.get("rows", []):
+        sc = Scenario(**{**r["scenario"], "rtt_ms": tuple(r["scenario"]["rtt_ms"])})
+        out[(sc.name, sc.duration_s)] = [Measured(**m) for m in r["runs"]]
     return out
 
 

@@ -43,22 +43,40 @@ def test_ns3_and_ccjax_agree_on_newreno_basics(rows):
 
 
 def test_ns3_rows_read_back_from_a_report(tmp_path):
-    """``--ns3-from``: a report's JSON gives back the ns-3 side it was written with, and a
-    scenario it lacks is a one-line error."""
+    """``--ns3-from``: a report's JSON gives back the per-seed ns-3 runs it was written with, as
+    their average and spread; a report with averages only, other seeds or a scenario missing is
+    a one-line error."""
     import json
 
     from ccjax.errors import ConfigError
 
     a, b = v.ci_matrix(30.0)[:2]
-    ref = v.Measured(0.9, 12.0, 0.004, [4.5, 4.4], 1.0)
-    sp = v.Spread(0.01, 0.5, 0.02, 0.003, 0.005)
-    rows = [v.compare(a, ref, ref, sp)]
+    runs = [v.Measured(0.90, 12.0, 0.004, [4.5, 4.4], 1.0),
+            v.Measured(0.92, 12.5, 0.005, [4.7, 4.4], 1.0)]
     path = tmp_path / "validation.json"
-    path.write_text(json.dumps({"rows": v.as_records(rows)}))
+    path.write_text(json.dumps({"ns3_runs": v.ns3_runs_as_records([a], (1, 2), [runs])}))
     (got, got_sp), = v.ns3_from_records([a], path)
-    assert got == ref and got_sp == sp
+    want, want_sp = v.average(runs)
+    assert got == want and got_sp == want_sp
     with pytest.raises(ConfigError, match="no ns-3 rows for 1 scenario"):
         v.ns3_from_records([a, b], path)
+    with pytest.raises(ConfigError, match="seeds"):
+        v.ns3_from_records([a], path, seeds=(1, 2, 3))
+    ref, sp = v.average(runs)
+    path.write_text(json.dumps({"rows": v.as_records([v.compare(a, ref, ref, sp)])}))
+    with pytest.raises(ConfigError, match="no per-seed ns-3 runs"):
+        v.ns3_from_records([a], path)
+
+
+def test_seed_average_jain_is_the_mean_of_the_runs_indices():
+    """Two runs in which the flows swap places are unfair in each run: their average's Jain
+    index is each run's (0.735), not that of the averaged throughputs (1.0), so averaging more
+    seeds does not make a model look fairer."""
+    runs = [v.Measured(1.0, 5.0, 0.0, [8.0, 2.0]), v.Measured(1.0, 5.0, 0.0, [2.0, 8.0])]
+    assert runs[0].jain == pytest.approx(100 / 136)
+    mean, spread = v.average(runs)
+    assert mean.throughput_mbps == [5.0, 5.0]
+    assert mean.jain == pytest.approx(100 / 136) and spread.jain == pytest.approx(0.0)
 
 
 def test_ns3_against_itself_checks_other_seeds_as_ccjax_is_checked(tmp_path):
