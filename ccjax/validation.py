@@ -271,8 +271,8 @@ def ns3_equivalent_params(cc: str, ctl, n_flows: int):
     scenarios of ``full_matrix``): 21 within every tolerance before these two, 35 with the
     whole segments, 36 with the ssthresh rule as well. ``segCwnd`` is the window when the round
     ends, not the one that produced its RTTs (also ``ns3_segments``): ACK-clocked, eight ccjax
-    seeds, 44 -> 49 of the 60 (random loss at 50 Mbps, where Vegas slow-starts after each
-    timeout: 9 -> 14 of 15).
+    seeds, Jain of averaged throughputs, 44 -> 49 of the 60 (random loss at 50 Mbps, where
+    Vegas slow-starts after each timeout: 9 -> 14 of 15).
 
     ns-3.37 hands a congestion control ``m_lastRtt``, which ``TcpSocketBase::EstimateRtt`` sets
     to the RTT estimator's *smoothed* value, not the sample; TcpVegas takes the lowest of those

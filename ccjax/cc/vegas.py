@@ -66,7 +66,7 @@ How the per-ACK sender maps to one MI per RTT:
   (above): in congestion avoidance the two differ by the last step, in slow start the window
   now is the grown one, so ns-3 reads a larger Diff there and leaves slow start a round earlier.
   Under 1 % random loss at 50 Mbps, where Vegas slow-starts again after each timeout, that is
-  what keeps ns-3's Vegas lower on the link (eight ccjax seeds against the stored ns-3 runs:
+  what keeps ns-3's Vegas lower on the link (eight ccjax seeds, Jain of averaged throughputs:
   44 of the 60 Vegas scenarios within every tolerance with the older window, 49 with this one).
   ``ns3_segments`` selects all of this (default off: the paper's and Linux's real-valued Diff
   and windows), for the cross-validation.
