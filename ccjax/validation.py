@@ -371,17 +371,16 @@ def ns3_runs_as_records(scenarios: Sequence[Scenario], seeds: Sequence[int],
                      for sc, rs in zip(scenarios, runs, strict=True)]}
 
 
-def ns3_runs_from_records(scenarios: Sequence[Scenario], seeds: Sequence[int], path,
-                          key: str = "ns3_self") -> list[list[Measured]] | None:
-    """The per-seed ns-3 runs of ``scenarios`` stored by ``ns3_runs_as_records`` under a
-    report's ``key`` (``"ns3_self"``: the self-check's seeds; ``"ns3_runs"``: the reference
-    seeds 1 and 2), or None where the report has none for these seeds and scenarios (then they
-    are run)."""
+def ns3_runs_from_records(scenarios: Sequence[Scenario], seeds: Sequence[int], path
+                          ) -> list[list[Measured]] | None:
+    """The self-check's per-seed ns-3 runs of ``scenarios``, stored by ``ns3_runs_as_records``
+    under a report's ``"ns3_self"``, or None where the report has none for these seeds and
+    scenarios (then they are run)."""
     import json
     from pathlib import Path
 
     try:
-        rec = json.loads(Path(path).read_text()).get(key)
+        rec = json.loads(Path(path).read_text()).get("ns3_self")
     except (OSError, ValueError, AttributeError):
         return None
     runs = _runs_by_scenario(rec, seeds)
@@ -498,10 +497,16 @@ def as_records(rows: Iterable[Comparison]) -> list[dict]:
 
 def ns3_from_records(scenarios: Sequence[Scenario], path, seeds: Sequence[int] = (1, 2)
                      ) -> list[tuple[Measured, Spread]]:
-    """ns-3's seed averages and spreads for ``scenarios``, from the per-seed runs a report's
-    JSON stores under ``"ns3_runs"`` (``ns3_runs_as_records``) instead of rerun: ns-3 is
-    deterministic for a given build and seed, so this lets the ccjax side be regenerated alone.
-    Every scenario must be there, with these seeds."""
+    """ns-3's seed averages and spreads for ``scenarios`` (``ns3_reference_runs``, averaged)."""
+    return [average(rs) for rs in ns3_reference_runs(scenarios, path, seeds)]
+
+
+def ns3_reference_runs(scenarios: Sequence[Scenario], path, seeds: Sequence[int] = (1, 2)
+                       ) -> list[list[Measured]]:
+    """ns-3's per-seed reference runs of ``scenarios``, read from a report's JSON (``"ns3_runs"``,
+    ``ns3_runs_as_records``) instead of rerun: ns-3 is deterministic for a given build and seed,
+    so this lets the ccjax side be regenerated alone. Every scenario must be there, with these
+    seeds; anything else is a one-line ``ConfigError``."""
     import json
     from pathlib import Path
 
@@ -527,7 +532,7 @@ def ns3_from_records(scenarios: Sequence[Scenario], path, seeds: Sequence[int] =
         raise ConfigError(f"--ns3-from {path}: no ns-3 rows for {len(missing)} scenario(s), "
                           f"e.g. {missing[0]!r}; allowed: a report of the same matrix and "
                           f"duration")
-    return [average(runs[(sc.name, sc.duration_s)]) for sc in scenarios]
+    return [runs[(sc.name, sc.duration_s)] for sc in scenarios]
 
 
 def _runs_by_scenario(rec, seeds: Sequence[int]) -> dict | None:
@@ -552,6 +557,6 @@ __all__ = [
     "run_ccjax", "run_ns3", "run_ns3_seeds", "ns3_against_itself", "ns3_runs_as_records",
     "ns3_runs_from_records", "NS3_WINDOW_SENDER", "ns3_equivalent_params", "compare",
     "validate", "markdown_table", "as_records",
-    "ns3_from_records",
+    "ns3_from_records", "ns3_reference_runs",
     "summary_counts", "rtt_order_preserved",
 ]

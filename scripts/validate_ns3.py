@@ -215,11 +215,10 @@ def main(argv=None) -> int:
     scen = (validation.full_matrix if args.matrix == "full" else validation.ci_matrix)(
         args.duration_s)
     if args.ns3_from is not None:
-        ref = validation.ns3_from_records(scen, args.ns3_from)
-        ref_runs = validation.ns3_runs_from_records(scen, (1, 2), args.ns3_from, "ns3_runs")
+        ref_runs = validation.ns3_reference_runs(scen, args.ns3_from)
     else:
         ref_runs = validation.run_ns3_seeds(scen, (1, 2), workers=args.workers)
-        ref = [validation.average(rs) for rs in ref_runs]
+    ref = [validation.average(rs) for rs in ref_runs]
     self_seeds = args.ns3_self_seeds
     self_runs = None
     if self_seeds:
@@ -230,10 +229,11 @@ def main(argv=None) -> int:
         itself = validation.ns3_against_itself(scen, ref, self_runs)
         # Consecutive pairs of those seeds, as many runs as the reference has.
         pairs = []
-        for i in range(0, len(self_seeds) - 1, 2) if len(self_seeds) >= 4 else ():
-            two = [[rs[i], rs[i + 1]] for rs in self_runs]
-            pairs.append(((self_seeds[i], self_seeds[i + 1]),
-                          sum(c.ok for c in validation.ns3_against_itself(scen, ref, two))))
+        if len(self_seeds) >= 4:
+            for i in range(0, len(self_seeds) - 1, 2):
+                two = [[rs[i], rs[i + 1]] for rs in self_runs]
+                pairs.append(((self_seeds[i], self_seeds[i + 1]),
+                              sum(c.ok for c in validation.ns3_against_itself(scen, ref, two))))
         self_label = (f"seeds {self_seeds[0]}-{self_seeds[-1]}"
                       if self_seeds == tuple(range(self_seeds[0], self_seeds[-1] + 1))
                       else "seeds " + ",".join(map(str, self_seeds)))

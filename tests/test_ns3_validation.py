@@ -89,7 +89,7 @@ def test_ns3_against_itself_checks_other_seeds_as_ccjax_is_checked(tmp_path):
     ref = [(v.Measured(0.90, 12.0, 0.004, [4.5, 4.4]), v.Spread(0.01, 0.5, 0.02, 0.003, 0.005)),
            (v.Measured(0.90, 12.0, 0.004, [4.5, 4.4]), v.Spread(0.01, 0.5, 0.02, 0.003, 0.005))]
     near = [v.Measured(0.91, 12.5, 0.0045, [4.6, 4.4]), v.Measured(0.89, 11.8, 0.004, [4.4, 4.5])]
-    # Seed by seed within tolerance, but their mean is not: 0.90 + 0.05 is outside 0.03.
+    # Both runs 0.05 above the reference's utilization: outside 0.03 and its spread, 0.01.
     far = [v.Measured(0.95, 12.0, 0.004, [4.7, 4.7]), v.Measured(0.95, 12.0, 0.004, [4.7, 4.7])]
     itself = v.ns3_against_itself([a, b], ref, [near, far])
     assert itself[0].ok and itself[1].failures() == ["utilization"]
