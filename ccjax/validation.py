@@ -376,17 +376,12 @@ def ns3_runs_from_records(scenarios: Sequence[Scenario], seeds: Sequence[int], p
     """The self-check's per-seed ns-3 runs of ``scenarios``, stored by ``ns3_runs_as_records``
     under a report's ``"ns3_self"``, or None where the report has none for these seeds and
     scenarios (then they are run)."""
-    import json
-    from pathlib import Path
+    from ccjax.errors import ConfigError
 
     try:
-        rec = json.loads(Path(path).read_text()).get("ns3_self")
-    except (OSError, ValueError, AttributeError):
+        return _stored_runs(scenarios, path, "ns3_self", seeds)
+    except ConfigError:
         return None
-    runs = _runs_by_scenario(rec, seeds)
-    if runs is None or any((sc.name, sc.duration_s) not in runs for sc in scenarios):
-        return None
-    return [runs[(sc.name, sc.duration_s)] for sc in scenarios]
 
 
 # ------------------------------------------------------------------------------------------------
@@ -507,6 +502,14 @@ def ns3_reference_runs(scenarios: Sequence[Scenario], path, seeds: Sequence[int]
     ``ns3_runs_as_records``) instead of rerun: ns-3 is deterministic for a given build and seed,
     so this lets the ccjax side be regenerated alone. Every scenario must be there, with these
     seeds; anything else is a one-line ``ConfigError``."""
+    return _stored_runs(scenarios, path, "ns3_runs", seeds)
+
+
+def _stored_runs(scenarios: Sequence[Scenario], path, key: str, seeds: Sequence[int]
+                 ) -> list[list[Measured]]:
+    """The per-seed ns-3 runs of ``scenarios`` stored under ``key`` of a report's JSON
+    (``ns3_runs_as_records``); a one-line ``ConfigError`` where the file, the key, the seeds or
+    a scenario is not there."""
     import json
     from pathlib import Path
 
@@ -514,9 +517,9 @@ def ns3_reference_runs(scenarios: Sequence[Scenario], path, seeds: Sequence[int]
 
     try:
         rec = json.loads(Path(path).read_text())
-        rec = rec["ns3_runs"]
+        rec = rec[key]
     except KeyError:
-        raise ConfigError(f"--ns3-from {path}: holds no per-seed ns-3 runs (\"ns3_runs\"; "
+        raise ConfigError(f"--ns3-from {path}: holds no per-seed ns-3 runs (\"{key}\"; "
                           f"reports written before they were stored have only averages); "
                           f"allowed: a report written by this version, or rerun without "
                           f"--ns3-from") from None
