@@ -38,6 +38,13 @@ from ccjax.units import PACKET_BYTES
 #: controllers compared (ns-3's TcpNewReno, TcpCubic, TcpVegas)
 VALIDATED_CC = ("newreno", "cubic", "vegas")
 
+#: ns-3's reference seeds: their average is the reference and their spread widens the tolerances
+NS3_SEEDS = (1, 2)
+#: ccjax's seeds, averaged per scenario, in the report and in CI (one batch per controller, so
+#: eight cost little more than two; with two, ccjax's own run-to-run noise decided many rows
+#: under random loss, and the test would check a different mean than the report shows)
+CCJAX_SEEDS = tuple(range(1, 9))
+
 TOL_UTIL = 0.03
 TOL_QDELAY_REL = 0.15
 TOL_QDELAY_MS = 3.0
@@ -105,20 +112,28 @@ def ci_matrix(duration_s: float = 30.0) -> list[Scenario]:
             for cc in VALIDATED_CC for f, bw, uneq, buf, loss in rows]
 
 
-#: The ``ci_matrix`` scenarios where ccjax's packet model meets every tolerance today (average
-#: of seeds 1 and 2 on both sides, 30 s, window senders as ``NS3_WINDOW_SENDER``). The test
-#: suite holds them there; the others are known divergences, shown in docs/validation.md. Each
-#: entry also holds over eight ccjax seeds. With ACK-clocked NewReno and CUBIC (answering a loss
-#: report at once) three left the list: "newreno 2f 10Mbps 40/40ms 4BDP loss0.01" (queueing
-#: delay), "newreno 4f 10Mbps 20/47/73/100ms 4BDP loss0" and "cubic 2f 10Mbps 20/100ms 0.25BDP
-#: loss0" (Jain's index), and three joined it: "newreno 2f 10Mbps 20/100ms 0.25BDP loss0",
-#: "cubic 2f 50Mbps 40/40ms 1BDP loss0.01", "cubic 4f 10Mbps 20/47/73/100ms 4BDP loss0". With
-#: ns-3 TcpCubic's never-reset ACK counter (``Cubic._ns3``) "cubic 4f 10Mbps 40/40/40/40ms
-#: 0.25BDP loss0.01" joined it (utilization 0.503 with two seeds, 0.508 with eight; ns-3 0.532).
-#: With ns-3 TcpVegas' segCwnd read from the window now (``VegasParams.ns3_segments``) "vegas 2f
-#: 50Mbps 40/40ms 1BDP loss0.01" joined it (utilization 0.317 with two seeds, 0.316 with eight;
-#: ns-3 0.309) and "vegas 2f 10Mbps 40/40ms 4BDP loss0.01" left it: 0.964 with eight seeds but
-#: 0.971 with two, against ns-3's 0.941, on the tolerance's edge.
+#: The ``ci_matrix`` scenarios where ccjax's packet model meets every tolerance today (ns-3's
+#: seeds 1 and 2 against ccjax's seeds 1 to 8, as in the report, 30 s, window senders as
+#: ``NS3_WINDOW_SENDER``). The test suite holds them there; the others are known divergences,
+#: shown in docs/validation.md. Each entry also holds with ccjax's seeds 9 to 16. Until
+#: 2026-11-25 (sixth session) CI averaged ccjax's seeds 1 and 2 only, and the entries had to hold
+#: with those and with eight; with the report's eight alone "newreno 2f 10Mbps 40/40ms 4BDP
+#: loss0.01" (utilization 0.607, 0.630 with seeds 9 to 16; ns-3 0.602) and "newreno 4f 10Mbps
+#: 20/47/73/100ms 4BDP loss0" (Jain 0.836 and 0.803; ns-3 0.758, its seeds 0.102 apart) joined
+#: it. "vegas 2f 10Mbps 40/40ms 4BDP loss0.01" holds with seeds 1 to 8 (0.964) but sits on the
+#: tolerance's edge with 9 to 16 (0.971; ns-3 0.941) and stays out. With ACK-clocked NewReno and
+#: CUBIC (answering a loss report at once) three left the list, with two ccjax seeds: "newreno 2f
+#: 10Mbps 40/40ms 4BDP loss0.01" (queueing delay), "newreno 4f 10Mbps 20/47/73/100ms 4BDP loss0"
+#: and "cubic 2f 10Mbps 20/100ms 0.25BDP loss0" (Jain's index), and three joined it: "newreno 2f
+#: 10Mbps 20/100ms 0.25BDP loss0", "cubic 2f 50Mbps 40/40ms 1BDP loss0.01", "cubic 4f 10Mbps
+#: 20/47/73/100ms 4BDP loss0". With ns-3 TcpCubic's never-reset ACK counter (``Cubic._ns3``)
+#: "cubic 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01" joined it (utilization 0.503 with two seeds,
+#: 0.508 with eight; ns-3 0.532). With ns-3 TcpVegas' segCwnd read from the window now
+#: (``VegasParams.ns3_segments``) "vegas 2f 50Mbps 40/40ms 1BDP loss0.01" joined it (utilization
+#: 0.317 with two seeds, 0.316 with eight; ns-3 0.309) and "vegas 2f 10Mbps 40/40ms 4BDP
+#: loss0.01" left it: 0.964 with eight seeds but 0.971 with two, against ns-3's 0.941, on the
+#: tolerance's edge. The two NewReno scenarios that left then came back with eight ccjax seeds
+#: (above).
 CI_AGREEING = (
     "newreno 1f 10Mbps 40ms 1BDP loss0",
     "newreno 1f 50Mbps 40ms 0.25BDP loss0.01",
@@ -126,6 +141,8 @@ CI_AGREEING = (
     "newreno 2f 10Mbps 20/100ms 0.25BDP loss0",
     "newreno 2f 50Mbps 40/40ms 1BDP loss0.01",
     "newreno 4f 50Mbps 20/47/73/100ms 1BDP loss0",
+    "newreno 2f 10Mbps 40/40ms 4BDP loss0.01",
+    "newreno 4f 10Mbps 20/47/73/100ms 4BDP loss0",
     "cubic 1f 10Mbps 40ms 1BDP loss0",
     "cubic 1f 50Mbps 40ms 4BDP loss0",
     "cubic 2f 50Mbps 40/40ms 1BDP loss0.01",
@@ -323,7 +340,7 @@ def average(runs: Sequence[Measured]) -> tuple[Measured, Spread]:
                         float(loss.min()), float(loss.max()))
 
 
-def run_ns3(scenarios: Sequence[Scenario], seeds: Sequence[int] = (1, 2), workers: int = 2
+def run_ns3(scenarios: Sequence[Scenario], seeds: Sequence[int] = NS3_SEEDS, workers: int = 2
             ) -> list[tuple[Measured, Spread]]:
     """All scenarios in ns-3 with each seed, ``workers`` processes at a time; per scenario the
     seed average and the seed-to-seed spread."""
@@ -439,9 +456,11 @@ def compare(sc: Scenario, ref: Measured, got: Measured, spread: Spread | None = 
 
 
 def validate(scenarios: Sequence[Scenario], model: str = "packet", workers: int = 2,
-             seeds: Sequence[int] = (1, 2)) -> list[Comparison]:
+             seeds: Sequence[int] = NS3_SEEDS,
+             ccjax_seeds: Sequence[int] = CCJAX_SEEDS) -> list[Comparison]:
+    """ns-3 with ``seeds`` against ccjax with ``ccjax_seeds`` (by default as in the report)."""
     ref = run_ns3(scenarios, seeds=seeds, workers=workers)
-    got = run_ccjax(scenarios, model=model, seeds=seeds)
+    got = run_ccjax(scenarios, model=model, seeds=ccjax_seeds)
     return [compare(sc, r, g, sp) for sc, (r, sp), g in zip(scenarios, ref, got, strict=True)]
 
 
@@ -490,13 +509,13 @@ def as_records(rows: Iterable[Comparison]) -> list[dict]:
             for r in rows]
 
 
-def ns3_from_records(scenarios: Sequence[Scenario], path, seeds: Sequence[int] = (1, 2)
+def ns3_from_records(scenarios: Sequence[Scenario], path, seeds: Sequence[int] = NS3_SEEDS
                      ) -> list[tuple[Measured, Spread]]:
     """ns-3's seed averages and spreads for ``scenarios`` (``ns3_reference_runs``, averaged)."""
     return [average(rs) for rs in ns3_reference_runs(scenarios, path, seeds)]
 
 
-def ns3_reference_runs(scenarios: Sequence[Scenario], path, seeds: Sequence[int] = (1, 2)
+def ns3_reference_runs(scenarios: Sequence[Scenario], path, seeds: Sequence[int] = NS3_SEEDS
                        ) -> list[list[Measured]]:
     """ns-3's per-seed reference runs of ``scenarios``, read from a report's JSON (``"ns3_runs"``,
     ``ns3_runs_as_records``) instead of rerun: ns-3 is deterministic for a given build and seed,

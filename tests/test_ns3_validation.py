@@ -1,6 +1,7 @@
 """ccjax's packet model against ns-3 on the CI subset of the validation matrix.
 
-Every scenario of ``ci_matrix`` runs in both simulators; the scenarios listed in
+Every scenario of ``ci_matrix`` runs in both simulators, with the report's seeds (ns-3's
+``NS3_SEEDS``, ccjax's ``CCJAX_SEEDS``); the scenarios listed in
 ``validation.CI_AGREEING`` must agree within the issue's tolerances (widened only to ns-3's own
 seed-to-seed spread). The others are known divergences, shown and discussed in
 ``docs/validation.md``.
