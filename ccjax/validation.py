@@ -412,6 +412,11 @@ class Comparison:
     ccjax: Measured
     checks: dict[str, bool] = field(default_factory=dict)
     spread: Spread | None = None
+    #: how far ccjax is from ns-3 per numeric check, in units of that check's tolerance (as
+    #: widened): |difference| / tolerance for utilization, queueing delay and Jain's index;
+    #: for loss log2 of the factor by which ccjax's rate lies outside ns-3's range (0 inside
+    #: it). A check holds where its value is at most 1.
+    reach: dict[str, float] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -419,6 +424,27 @@ class Comparison:
 
     def failures(self) -> list[str]:
         return [k for k, v in self.checks.items() if not v]
+
+    def how_far(self) -> list[str]:
+        """The failed checks with how far each is off: ``"jain 1.8 tol"`` (the difference is
+        1.8 times the tolerance), ``"loss 12x low"`` (ccjax's loss rate is a twelfth of the
+        lowest of ns-3's seeds; ``high``: above the highest; the tolerance is a factor of 2);
+        the RTT-unfairness check has no size."""
+        out = []
+        for k in self.failures():
+            r = self.reach.get(k)
+            if r is None:
+                out.append(k)
+            elif k == "loss":
+                side = "low" if self.ccjax.loss_rate < self.ns3.loss_rate else "high"
+                out.append(f"loss {_fmt_factor(TOL_LOSS_FACTOR ** r)}x {side}")
+            else:
+                out.append(f"{k} {r:.1f} tol")
+        return out
+
+
+def _fmt_factor(x: float) -> str:
+    return ">999" if not np.isfinite(x) or x > 999 else f"{x:.1f}"
 
 
 def rtt_order_preserved(sc: Scenario, a: Measured, b: Measured) -> bool:
@@ -441,18 +467,27 @@ def compare(sc: Scenario, ref: Measured, got: Measured, spread: Spread | None = 
     between two of its own runs is not evidence against the model."""
     sp = spread or Spread(0.0, 0.0, 0.0)
     qd_tol = max(TOL_QDELAY_REL * ref.mean_queue_delay_ms, TOL_QDELAY_MS, sp.mean_queue_delay_ms)
+    d_util = abs(got.utilization - ref.utilization)
+    d_qd = abs(got.mean_queue_delay_ms - ref.mean_queue_delay_ms)
+    d_jain = abs(got.jain - ref.jain)
+    util_tol, jain_tol = max(TOL_UTIL, sp.utilization), max(TOL_JAIN, sp.jain)
     checks = {
-        "utilization": abs(got.utilization - ref.utilization) <= max(TOL_UTIL, sp.utilization),
-        "queue delay": abs(got.mean_queue_delay_ms - ref.mean_queue_delay_ms) <= qd_tol,
-        "jain": abs(got.jain - ref.jain) <= max(TOL_JAIN, sp.jain),
+        "utilization": d_util <= util_tol,
+        "queue delay": d_qd <= qd_tol,
+        "jain": d_jain <= jain_tol,
         "rtt unfairness": rtt_order_preserved(sc, ref, got),
     }
+    reach = {"utilization": d_util / util_tol, "queue delay": d_qd / qd_tol,
+             "jain": d_jain / jain_tol}
     if ref.loss_rate > LOSS_FLOOR:
         # Within a factor of 2 of ns-3's seed average, or of the range its seeds span.
-        lo = min(ref.loss_rate, sp.loss_min if spread else ref.loss_rate) / TOL_LOSS_FACTOR
-        hi = max(ref.loss_rate, sp.loss_max if spread else ref.loss_rate) * TOL_LOSS_FACTOR
+        r_lo = min(ref.loss_rate, sp.loss_min if spread else ref.loss_rate)
+        r_hi = max(ref.loss_rate, sp.loss_max if spread else ref.loss_rate)
+        lo, hi = r_lo / TOL_LOSS_FACTOR, r_hi * TOL_LOSS_FACTOR
         checks["loss"] = lo <= got.loss_rate <= hi
-    return Comparison(sc, ref, got, checks, sp)
+        off = max(r_lo / max(got.loss_rate, 1e-300), got.loss_rate / r_hi, 1.0)
+        reach["loss"] = float(np.log(off) / np.log(TOL_LOSS_FACTOR))
+    return Comparison(sc, ref, got, checks, sp, reach)
 
 
 def validate(scenarios: Sequence[Scenario], model: str = "packet", workers: int = 2,
@@ -484,8 +519,10 @@ def markdown_table(rows: Iterable[Comparison], title: str,
     lines = [f"### {title}", "", head + ".", "",
              "| scenario | util ns-3 | util ccjax | qdelay ms ns-3 | qdelay ms ccjax | "
              "loss ns-3 | loss ccjax | Jain ns-3 | Jain ccjax | shares ns-3 | shares ccjax | "
-             "ns-3 seed spread (util, qdelay, Jain, loss range) | outside tolerance |"
-             + (f" ns-3 itself ({itself_label}): outside tolerance |" if itself is not None
+             "ns-3 seed spread (util, qdelay, Jain, loss range) | outside tolerance (by how "
+             "much) |"
+             + (f" ns-3 itself ({itself_label}): outside tolerance (by how much) |"
+                if itself is not None
                 else ""),
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---|"
              + ("---|" if itself is not None else "")]
@@ -498,14 +535,15 @@ def markdown_table(rows: Iterable[Comparison], title: str,
             f"{a.loss_rate:.4f} | {b.loss_rate:.4f} | {a.jain:.3f} | {b.jain:.3f} | "
             f"{_fmt_shares(a)} | {_fmt_shares(b)} | {sp.utilization:.3f}, "
             f"{sp.mean_queue_delay_ms:.1f}, {sp.jain:.3f}, {sp.loss_min:.4f}-{sp.loss_max:.4f} | "
-            f"{', '.join(r.failures()) or '-'} |"
-            + (f" {', '.join(itself[i].failures()) or '-'} |" if itself is not None else ""))
+            f"{', '.join(r.how_far()) or '-'} |"
+            + (f" {', '.join(itself[i].how_far()) or '-'} |" if itself is not None else ""))
     return "\n".join(lines) + "\n"
 
 
 def as_records(rows: Iterable[Comparison]) -> list[dict]:
     return [{"scenario": asdict(r.scenario), "ns3": asdict(r.ns3), "ccjax": asdict(r.ccjax),
-             "ns3_spread": asdict(r.spread) if r.spread else None, "checks": r.checks}
+             "ns3_spread": asdict(r.spread) if r.spread else None, "checks": r.checks,
+             "reach": r.reach}
             for r in rows]
 
 

@@ -153,6 +153,52 @@ def _parse_seeds(text: str) -> tuple[int, ...]:
     return seeds
 
 
+def _how_far_note(rows) -> str:
+    """How far the misses are, in units of the tolerances (``Comparison.reach``)."""
+    miss = [r for r in rows if not r.ok]
+    if not miss:
+        return "How far the misses are: there are none."
+
+    def worst(r) -> float:
+        return max((r.reach.get(k, float("inf")) for k in r.failures()), default=0.0)
+
+    near = sum(worst(r) <= 1.5 for r in miss)
+    mid = sum(1.5 < worst(r) <= 2.0 for r in miss)
+    far = sorted((r for r in miss if worst(r) > 2.0), key=worst, reverse=True)
+    far_txt = "; ".join(f"{r.scenario.name}: {', '.join(r.how_far())}" for r in far)
+    return (
+        f"How far the misses are. The column \"outside tolerance\" gives each failed check's "
+        f"distance from ns-3 in units of its tolerance (as widened to ns-3's seed spread), "
+        f"`1.4 tol` for 1.4 times it, and for loss the factor by which ccjax's rate lies "
+        f"outside the range of ns-3's seeds (the tolerance is a factor of 2); "
+        f"`Comparison.reach` holds them, 1 on the tolerance's edge. Of the {len(miss)} "
+        f"scenarios outside some tolerance, {near} are within 1.5 tolerances on every check "
+        f"(for loss a factor of 2.8), {mid} more within 2 (a factor of 4), and "
+        f"{len(far)} further: " + (far_txt or "none") + ".")
+
+
+def _fluid_note(fluid, rows) -> str:
+    """How far the fluid model is from ns-3, per check, beside the packet model."""
+    import numpy as np
+
+    def q(rs, k, p):
+        v = [r.reach[k] for r in rs if k in r.reach]
+        return float(np.percentile(v, p)) if v else float("nan")
+
+    def loss_x(rs, p):
+        return 2.0 ** q(rs, "loss", p)
+
+    parts = [f"{k} {q(fluid, k, 50):.1f} ({q(fluid, k, 90):.1f}; packet model "
+             f"{q(rows, k, 50):.1f}, {q(rows, k, 90):.1f})"
+             for k in ("utilization", "queue delay", "jain")]
+    return (
+        f"How far it is, per check, in units of the tolerance (`Comparison.reach`; median over "
+        f"the {len(fluid)} scenarios, 90th percentile in brackets): " + "; ".join(parts)
+        + f"; loss, as a factor outside ns-3's seeds, {loss_x(fluid, 50):.1f} "
+        f"({loss_x(fluid, 90):.1f}; packet model {loss_x(rows, 50):.1f}, "
+        f"{loss_x(rows, 90):.1f}), over the scenarios where ns-3's loss exceeds 0.1 %.")
+
+
 def _itself_note(rows, itself, pairs, label: str, n_two: int | None) -> str:
     """ns-3 against itself: the most a model can be expected to meet on this matrix."""
     from ccjax import validation
@@ -422,9 +468,11 @@ def main(argv=None) -> int:
         _retx_note(scen, ref, rows, noretx, n_ok),
         "",
         *([_itself_note(rows, itself, pairs, self_label, n_two), ""] if self_seeds else []),
+        _how_far_note(rows), "",
         "The fluid model turns each RTT's expected fraction of a random loss into a loss report, "
         "so loss-based TCP under random loss reduces its window every RTT; it is meant for "
-        "rate-based and learned senders, and the packet model is the reference for TCP.",
+        "rate-based and learned senders, and the packet model is the reference for TCP. "
+        + _fluid_note(fluid, rows),
         "",
     ]
     for cc in validation.VALIDATED_CC:

@@ -9,6 +9,7 @@ seed-to-seed spread). The others are known divergences, shown and discussed in
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from ccjax import validation as v
@@ -108,7 +109,30 @@ def test_ns3_against_itself_checks_other_seeds_as_ccjax_is_checked(tmp_path):
     md = v.markdown_table(rows, "ci", itself, "seeds 3-4")
     assert "2 of 2 scenarios within every tolerance; ns-3 itself (seeds 3-4): 1 of 2." in md
     last = [ln.rstrip(" |").rsplit("| ", 1)[1] for ln in md.splitlines() if ln.startswith("| ")]
-    assert last[1:] == ["-", "utilization"]  # header first, then one cell per scenario
+    # header first, then one cell per scenario: 0.05 off against a tolerance of 0.03
+    assert last[1:] == ["-", "utilization 1.7 tol"]
+
+
+def test_comparison_says_how_far_each_check_is_off():
+    """``reach``: each numeric check's distance in units of its (widened) tolerance, 1 on the
+    edge; loss as log2 of the factor outside ns-3's seeds' range. ``how_far`` names the failed
+    checks with it."""
+    a = v.ci_matrix(30.0)[0]
+    ref = v.Measured(0.90, 20.0, 0.010, [5.0])
+    sp = v.Spread(0.04, 1.0, 0.0, 0.008, 0.012)  # utilization spread wider than 0.03
+    got = v.Measured(0.98, 26.0, 0.001, [5.0])
+    c = v.compare(a, ref, got, sp)
+    assert c.reach["utilization"] == pytest.approx(0.08 / 0.04)
+    assert c.reach["queue delay"] == pytest.approx(6.0 / 3.0)  # 3 ms floor over 15 % of 20
+    assert c.reach["loss"] == pytest.approx(np.log2(0.008 / 0.001))
+    assert c.how_far() == ["utilization 2.0 tol", "queue delay 2.0 tol", "loss 8.0x low"]
+    inside = v.compare(a, ref, v.Measured(0.91, 20.5, 0.011, [5.0]), sp)
+    assert inside.ok and inside.how_far() == [] and inside.reach["loss"] == 0.0
+    assert max(inside.reach.values()) <= 1.0
+    high = v.compare(a, ref, v.Measured(0.90, 20.0, 0.06, [5.0]), sp)
+    assert high.how_far() == ["loss 5.0x high"]
+    none = v.compare(a, ref, v.Measured(0.90, 20.0, 0.0, [5.0]), sp)
+    assert none.how_far() == ["loss >999x low"]
 
 
 def test_validate_script_reads_the_self_check_seeds():
