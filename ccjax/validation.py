@@ -490,6 +490,22 @@ def compare(sc: Scenario, ref: Measured, got: Measured, spread: Spread | None = 
     return Comparison(sc, ref, got, checks, sp, reach)
 
 
+#: ``distance`` counts no check further off than this many tolerances (one scenario far off
+#: should not outweigh many near misses)
+DISTANCE_CAP = 3.0
+
+
+def distance(rows: Iterable[Comparison]) -> float:
+    """A continuous measure of a model's agreement with ns-3 over ``rows``: the sum over the
+    scenarios of their worst check's ``reach`` (in tolerances; loss in log2 of its factor
+    outside ns-3's range), each capped at ``DISTANCE_CAP``. Lower is closer; a scenario within
+    every tolerance adds at most 1. Unlike the count of scenarios within tolerance it moves
+    with every scenario, not only with those near a tolerance's edge, so it tells a change to the
+    model from seed noise better (over the full matrix, eight ccjax seeds: 122.5 with seeds 1
+    to 8, 124.1 with 9 to 16, measured 2026-11-25)."""
+    return float(sum(min(max(r.reach.values(), default=0.0), DISTANCE_CAP) for r in rows))
+
+
 def validate(scenarios: Sequence[Scenario], model: str = "packet", workers: int = 2,
              seeds: Sequence[int] = NS3_SEEDS,
              ccjax_seeds: Sequence[int] = CCJAX_SEEDS) -> list[Comparison]:
@@ -618,5 +634,5 @@ __all__ = [
     "ns3_runs_from_records", "NS3_WINDOW_SENDER", "ns3_equivalent_params", "compare",
     "validate", "markdown_table", "as_records",
     "ns3_from_records", "ns3_reference_runs",
-    "summary_counts", "rtt_order_preserved",
+    "summary_counts", "rtt_order_preserved", "distance",
 ]

@@ -155,6 +155,8 @@ def _parse_seeds(text: str) -> tuple[int, ...]:
 
 def _how_far_note(rows) -> str:
     """How far the misses are, in units of the tolerances (``Comparison.reach``)."""
+    from ccjax import validation
+
     miss = [r for r in rows if not r.ok]
     if not miss:
         return "How far the misses are: there are none."
@@ -174,7 +176,10 @@ def _how_far_note(rows) -> str:
         f"`Comparison.reach` holds them, 1 on the tolerance's edge. Of the {len(miss)} "
         f"scenarios outside some tolerance, {near} are within 1.5 tolerances on every check "
         f"(for loss a factor of 2.8), {mid} more within 2 (a factor of 4), and "
-        f"{len(far)} further: " + (far_txt or "none") + ".")
+        f"{len(far)} further: " + (far_txt or "none") + ". Summed over all "
+        f"{len(rows)} scenarios, each one's worst check in tolerances (capped at "
+        f"{validation.DISTANCE_CAP:g}; `validation.distance`, lower is closer), the packet "
+        f"model's distance from ns-3 is {validation.distance(rows):.1f}.")
 
 
 def _fluid_note(fluid, rows) -> str:

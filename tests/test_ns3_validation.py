@@ -133,6 +133,10 @@ def test_comparison_says_how_far_each_check_is_off():
     assert high.how_far() == ["loss 5.0x high"]
     none = v.compare(a, ref, v.Measured(0.90, 20.0, 0.0, [5.0]), sp)
     assert none.how_far() == ["loss >999x low"]
+    # distance: each scenario's worst check, capped at 3 tolerances (c's loss is 3.0 off)
+    assert v.distance([c, inside, none]) == pytest.approx(
+        3.0 + max(inside.reach.values()) + v.DISTANCE_CAP)
+    assert v.distance([]) == 0.0
 
 
 def test_validate_script_reads_the_self_check_seeds():
