@@ -175,7 +175,8 @@ def _how_far_note(rows) -> str:
         f"outside the range of ns-3's seeds (the tolerance is a factor of 2); "
         f"`Comparison.reach` holds them, 1 on the tolerance's edge. Of the {len(miss)} "
         f"scenarios outside some tolerance, {near} are within 1.5 tolerances on every check "
-        f"(for loss a factor of 2.8), {mid} more within 2 (a factor of 4), and "
+        f"(for loss a factor of {validation.TOL_LOSS_FACTOR ** 1.5:.1f}), {mid} more within 2 "
+        f"(a factor of {validation.TOL_LOSS_FACTOR ** 2:g}), and "
         f"{len(far)} further: " + (far_txt or "none") + ". Summed over all "
         f"{len(rows)} scenarios, each one's worst check in tolerances (capped at "
         f"{validation.DISTANCE_CAP:g}; `validation.distance`, lower is closer), the packet "
@@ -186,12 +187,14 @@ def _fluid_note(fluid, rows) -> str:
     """How far the fluid model is from ns-3, per check, beside the packet model."""
     import numpy as np
 
+    from ccjax.validation import TOL_LOSS_FACTOR
+
     def q(rs, k, p):
         v = [r.reach[k] for r in rs if k in r.reach]
         return float(np.percentile(v, p)) if v else float("nan")
 
     def loss_x(rs, p):
-        return 2.0 ** q(rs, "loss", p)
+        return TOL_LOSS_FACTOR ** q(rs, "loss", p)
 
     parts = [f"{k} {q(fluid, k, 50):.1f} ({q(fluid, k, 90):.1f}; packet model "
              f"{q(rows, k, 50):.1f}, {q(rows, k, 90):.1f})"
@@ -271,7 +274,7 @@ def main(argv=None) -> int:
     if args.ns3_from is not None:
         ref_runs = validation.ns3_reference_runs(scen, args.ns3_from)
     else:
-        ref_runs = validation.run_ns3_seeds(scen, (1, 2), workers=args.workers)
+        ref_runs = validation.run_ns3_seeds(scen, validation.NS3_SEEDS, workers=args.workers)
     ref = [validation.average(rs) for rs in ref_runs]
     self_seeds = args.ns3_self_seeds
     self_runs = None
@@ -492,7 +495,7 @@ def main(argv=None) -> int:
     raw = {"matrix": args.matrix, "rows": validation.as_records(rows),
            "fluid_rows": validation.as_records(fluid),
            "paced_rows": validation.as_records(paced)}
-    raw["ns3_runs"] = validation.ns3_runs_as_records(scen, (1, 2), ref_runs)
+    raw["ns3_runs"] = validation.ns3_runs_as_records(scen, validation.NS3_SEEDS, ref_runs)
     if self_seeds:
         raw["ns3_self"] = validation.ns3_runs_as_records(scen, self_seeds, self_runs)
     if not args.no_classic:
