@@ -170,7 +170,9 @@ class Measured:
     loss_rate: float
     throughput_mbps: list[float]
     wall_s: float = 0.0
-    #: ns-3: retransmission timeouts of all flows (seed average); ccjax does not count them (0)
+    #: retransmission timeouts of all flows (seed average): ns-3's entries into CA_LOSS,
+    #: ccjax's RFC 6298 expiries (the run summary's ``timeouts``; 0 for a controller that
+    #: keeps no count)
     timeouts: float = 0.0
     #: A seed average's Jain index: the mean of its runs' indices (``average``); None for one
     #: run, whose index comes from its throughputs

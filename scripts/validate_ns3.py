@@ -90,11 +90,18 @@ def _retx_note(scen, ref, rows, noretx, n_ok) -> str:
     lossy = [(sc, r[0]) for sc, r in zip(scen, ref, strict=True) if sc.loss > 0]
     clean = [(sc, r[0]) for sc, r in zip(scen, ref, strict=True) if sc.loss == 0]
 
+    def rate(pairs) -> str:
+        x = [m.timeouts / sc.flows * 30.0 / sc.duration_s for sc, m in pairs]
+        return f"{np.mean(x):.1f} per flow per 30 s (at most {max(x):.1f})"
+
     def per_flow(pairs) -> str:
         if not pairs or not any(m.timeouts for _, m in pairs):
             return "not counted (ns-3 rows from a report without the counter)"
-        x = [m.timeouts / sc.flows * 30.0 / sc.duration_s for sc, m in pairs]
-        return f"{np.mean(x):.1f} per flow per 30 s (at most {max(x):.1f})"
+        return rate(pairs)
+
+    # ccjax's own count (the run summary's ``timeouts``), for the tables' packet model
+    ours = {loss: [(r.scenario, r.ccjax) for r in rows if (r.scenario.loss > 0) == loss]
+            for loss in (True, False)}
 
     def ok_by_cc(rs) -> str:
         return ", ".join(f"{cc} {sum(r.ok for r in rs if r.scenario.cc == cc)}"
@@ -105,10 +112,13 @@ def _retx_note(scen, ref, rows, noretx, n_ok) -> str:
         "when a retransmission is lost too the sender learns it only from its retransmission "
         "timer (1 s minimum), then restarts from one packet. ns-3 counted "
         f"{per_flow(lossy)} timeouts in the 1 % loss scenarios, {per_flow(clean)} without "
-        "random loss (the dumbbell's `timeouts` counter: entries into CA_LOSS). ccjax's packet "
-        "model draws each reported loss's retransmission against the link's random loss "
-        "(`retx_loss`, `ccjax simulate --retx-loss`; off by default, since Linux's RACK-TLP "
-        "repairs a lost retransmission within about an RTT) and a loss-based sender then holds "
+        "random loss (the dumbbell's `timeouts` counter: entries into CA_LOSS); ccjax's "
+        f"senders in the tables {rate(ours[True]) if ours[True] else 'none'} with 1 % loss "
+        f"and {rate(ours[False]) if ours[False] else 'none'} without (the run summary's "
+        "`timeouts`: RFC 6298 expiries). ccjax's packet model draws each reported loss's "
+        "retransmission against the link's random loss (`retx_loss`, `ccjax simulate "
+        "--retx-loss`; off by default, since Linux's RACK-TLP repairs a lost retransmission "
+        "within about an RTT) and a loss-based sender then holds "
         "its recovery open until the timer fires. For Vegas this matters most: a timeout drops "
         "its window to one packet and its ssthresh to one packet below the window, and under "
         "random loss Vegas (which climbs one packet per RTT and falls back to ssthresh at "

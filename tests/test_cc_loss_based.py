@@ -69,6 +69,8 @@ def test_newreno_halves_once_per_loss_episode_and_grows_one_packet_per_rtt():
     w = pkts(s.cwnd)
     s, d = c.on_interval(s, mi(acked_pkts=w - 1, lost_pkts=1, inflight_pkts=w), p)
     assert pkts(d.cwnd) == pytest.approx(w / 2, rel=1e-3)
+    # Two episodes counted (the run summary's ``recoveries``), the tail of the first not again.
+    assert float(s.ep.recoveries[0]) == 2.0 and float(s.ep.timeouts[0]) == 0.0
 
 
 def test_newreno_timeout_resets_to_one_packet():
@@ -81,6 +83,36 @@ def test_newreno_timeout_resets_to_one_packet():
         s, d = c.on_interval(s, mi(acked_pkts=0, inflight_pkts=40), p)
     assert pkts(d.cwnd) == pytest.approx(1.0)
     assert pkts(s.ssthresh) == pytest.approx(20.0)
+    assert float(s.ep.timeouts[0]) == 1.0 and float(s.ep.recoveries[0]) == 0.0
+
+
+def test_run_summary_counts_timeouts_and_recoveries():
+    """Each flow's ``timeouts`` and ``recoveries`` in the run summary are its controller's
+    counts: timeouts only where retransmissions can be lost (``retx_loss``), an episode per
+    reduction; a rate-based sender's summary has neither."""
+    spec = link_from_flags(flows=2, bw_mbps=10.0, rtt_ms=[40.0], buffer_pkts=33, loss=0.03)
+    runs = {r: run_controller([spec] * 4, NewReno(), duration_s=15.0, retx_loss=r)
+            for r in (False, True)}
+    for res in runs.values():
+        ep = res.state.cc.ep
+        for i in range(4):
+            flows = res.summary(i)["flows"]
+            assert [f["timeouts"] for f in flows] == [int(round(float(x)))
+                                                     for x in np.asarray(ep.timeouts[i])]
+            assert [f["recoveries"] for f in flows] == [int(round(float(x)))
+                                                       for x in np.asarray(ep.recoveries[i])]
+            for f in flows:
+                lost_pkts = f["loss_rate"] * f["sent_bytes"] / MSS
+                # 3 % random loss: a window of a few packets and an episode every few RTTs
+                # (about 45 in 15 s), never more episodes than lost packets
+                assert 20 < f["recoveries"] <= lost_pkts + 1e-6
+    assert sum(f["timeouts"] for i in range(4) for f in runs[False].summary(i)["flows"]) == 0
+    # ~3 % of the retransmissions of ~45 episodes per flow, 8 flows, are lost: a timeout each
+    assert sum(f["timeouts"] for i in range(4) for f in runs[True].summary(i)["flows"]) > 5
+    from ccjax.cc.const import Const
+
+    flows = run_controller([spec], Const(), duration_s=1.0).summary(0)["flows"]
+    assert "timeouts" not in flows[0] and "recoveries" not in flows[0]
 
 
 def test_newreno_lost_retransmission_waits_for_the_timer():

@@ -93,6 +93,12 @@ class Episodes(struct.PyTreeNode):
     backoff: jnp.ndarray  # (F,) RTO multiplier, 2^(back-to-back timeouts) (RFC 6298 §5.5)
     #: (F,) s: when the timer fires for a lost retransmission (``NO_HOLE``: none outstanding)
     hole_at: jnp.ndarray
+    #: (F,) retransmission timeouts so far (RFC 6298 §5.4-5.6 expiries; ns-3's entries into
+    #: CA_LOSS), reported per flow by the run summary as ``timeouts``
+    timeouts: jnp.ndarray
+    #: (F,) loss episodes so far, each one window reduction on a loss report (RFC 6582: one per
+    #: window of data; ns-3's entries into CA_RECOVERY), reported as ``recoveries``
+    recoveries: jnp.ndarray
 
     @property
     def in_recovery(self) -> jnp.ndarray:
@@ -106,7 +112,8 @@ class Episodes(struct.PyTreeNode):
         # RFC 6298 §2.2: after the first RTT sample R, RTTVAR <- R/2 (the handshake's sample is
         # the base RTT, as the simulator's SRTT starts there too).
         return cls(clock=z, old_bytes=z, progress_at=z, rttvar=0.5 * base_rtt_s + z,
-                   backoff=jnp.ones_like(z), hole_at=jnp.full_like(z, NO_HOLE))
+                   backoff=jnp.ones_like(z), hole_at=jnp.full_like(z, NO_HOLE), timeouts=z,
+                   recoveries=z)
 
 
 class EpisodeEvents(NamedTuple):
@@ -180,6 +187,8 @@ def track_episodes(ep: Episodes, stats: MIStats, min_rto_s: jnp.ndarray,
         backoff=jnp.where(timeout, jnp.minimum(2.0 * ep.backoff, MAX_BACKOFF),
                           jnp.where(acked > 0, 1.0, ep.backoff)),
         hole_at=hole_at,
+        timeouts=ep.timeouts + timeout.astype(jnp.float32),
+        recoveries=ep.recoveries + loss.astype(jnp.float32),
     )
     return ep, EpisodeEvents(loss=loss, timeout=timeout, acked_new=acked_new, flight=flight,
                              now=now)

@@ -142,6 +142,17 @@ def _f(x) -> float:
     return float(np.asarray(x))
 
 
+def _episode_counts(state: SimState, i: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Link ``i``'s per-flow (timeouts, loss episodes), where the controller's state keeps them
+    (``cc.newreno.Episodes``, as ``ep``); None for one that does not (rate-based senders, a
+    ``Mix``, learned policies)."""
+    ep = getattr(state.cc, "ep", None)
+    if ep is None or not hasattr(ep, "timeouts") or not hasattr(ep, "recoveries"):
+        return None
+    return (np.rint(np.asarray(ep.timeouts[i])).astype(np.int64),
+            np.rint(np.asarray(ep.recoveries[i])).astype(np.int64))
+
+
 def summarize(res: RunResult, i: int = 0) -> dict:
     """The summary of link ``i``: the JSON shape of ``ccjax simulate --json``.
 
@@ -149,7 +160,10 @@ def summarize(res: RunResult, i: int = 0) -> dict:
     * goodput: the same in TCP payload bytes (1448 per 1500-byte packet, as ns-3 and iperf count);
     * mean RTT and mean queueing delay: averages over delivered bytes (packet-weighted, as a
       receiver measures them); p95 RTT: from the histogram of RTT samples returned to the sender;
-    * loss rate: bytes lost at the link (random + drop-tail) over bytes sent.
+    * loss rate: bytes lost at the link (random + drop-tail) over bytes sent;
+    * timeouts and recoveries (controllers that track loss episodes: NewReno, CUBIC, Vegas,
+      Copa): retransmission timeouts and loss episodes (window reductions on a loss report) over
+      the run, as ns-3's dumbbell counts its entries into CA_LOSS and CA_RECOVERY.
     """
     cfg, dt = res.cfg, res.cfg.tick_s
     tot = jax.tree.map(lambda x: np.asarray(x[i]), res.series)
@@ -161,6 +175,7 @@ def summarize(res: RunResult, i: int = 0) -> dict:
     hist = tot.hist.sum(0)
     qmax = tot.qmax.max(0)
     p95q = np.asarray(hist_quantile(jnp.asarray(hist), 0.95, jnp.asarray(qmax)))
+    episodes = _episode_counts(res.state, i)
     for f in range(cfg.n_flows):
         if not link.present[f]:
             continue
@@ -179,6 +194,8 @@ def summarize(res: RunResult, i: int = 0) -> dict:
             "sent_bytes": float(sent), "delivered_bytes": float(deliv),
             "base_rtt_ms": float(base[f] * 1e3),
             "start_s": float(link.start_tick[f] * dt),
+            **({} if episodes is None else {"timeouts": int(episodes[0][f]),
+                                             "recoveries": int(episodes[1][f])}),
             "throughput_series_mbps": (tot.delivered[:, f] / interval_s * 8e-6).tolist(),
             # mean RTT of the bytes delivered in each interval; null where none were delivered
             "rtt_series_ms": [
