@@ -115,6 +115,55 @@ def test_run_summary_counts_timeouts_and_recoveries():
     assert "timeouts" not in flows[0] and "recoveries" not in flows[0]
 
 
+def test_newreno_loss_no_later_packet_reveals_waits_for_the_timer():
+    """A flow whose whole flight is lost, with nothing acked, gets no duplicate ACK: no fast
+    retransmit, the sender stalls (one packet, the simulator's least window) and its timer
+    fires one RTO after it started, seeing the lost window as in flight (ssthresh 5, not 2)."""
+    c = NewReno()
+    p = c.default_params(1)
+    s, d = c.init(p, jnp.full(1, RTT))
+    assert pkts(d.cwnd) == pytest.approx(10.0)
+    # The first window of 10 goes out; an RTT later all 10 are reported lost, none acked.
+    s, d = c.on_interval(s, mi(acked_pkts=0, inflight_pkts=10), p)
+    s, d = c.on_interval(s, mi(acked_pkts=0, lost_pkts=10, inflight_pkts=0), p)
+    assert pkts(d.cwnd) == pytest.approx(1.0)  # stalled: no fast recovery, no halving
+    assert bool(s.ep.stalled[0]) and float(s.ep.recoveries[0]) == 0.0
+    assert pkts(s.cwnd) == pytest.approx(10.0)  # kept for the reaction at the timer
+    # The timer started at time 0 and fires at the 1 s minimum RTO: MIs of 40 ms until then.
+    for k in range(22):
+        s, d = c.on_interval(s, mi(acked_pkts=1.0 * (k % 2), inflight_pkts=1.0 - (k % 2)), p)
+        assert pkts(d.cwnd) == pytest.approx(1.0) and float(s.ep.timeouts[0]) == 0.0
+    s, d = c.on_interval(s, mi(acked_pkts=0, inflight_pkts=1), p)  # t = 1.0 s
+    assert float(s.ep.timeouts[0]) == 1.0 and not bool(s.ep.stalled[0])
+    assert pkts(d.cwnd) == pytest.approx(1.0)
+    assert pkts(s.ssthresh) == pytest.approx(5.0)  # max(FlightSize / 2, 2 MSS), lost window
+    # A loss with a later packet acked is an ordinary episode (fast retransmit).
+    s2, d2 = c.init(p, jnp.full(1, RTT))
+    s2, d2 = c.on_interval(s2, mi(acked_pkts=1, lost_pkts=9, inflight_pkts=2), p)
+    # (RFC 5681 eq. 4 over the 2 packets in flight: 2 MSS)
+    assert pkts(d2.cwnd) == pytest.approx(2.0) and float(s2.ep.recoveries[0]) == 1.0
+    assert not bool(s2.ep.stalled[0])
+
+
+def test_first_windows_into_a_small_buffer_are_admitted_flow_by_flow():
+    """Four ACK-clocked flows' first windows (40 packets at once) into a buffer of 8: drop-tail
+    admits them one flow's burst after another, so some flows lose theirs whole and learn it
+    only from their timer, about 1 s later, as ns-3's do; paced senders are not affected."""
+    spec = link_from_flags(flows=4, bw_mbps=10.0, rtt_ms=[40.0], buffer_pkts=8)
+    res = run_controller([spec] * 4, NewReno(), duration_s=1.5, window_sender="ack-clocked",
+                         series_interval_s=0.5)
+    for i in range(4):
+        flows = res.summary(i)["flows"]
+        assert sum(f["timeouts"] for f in flows) >= 2
+        # a flow that timed out sent one packet per RTT (0.3 Mbps; ns-3's sends none) until
+        # its timer fired at 1 s, the others kept the link
+        quiet = [f for f in flows if max(f["throughput_series_mbps"][:2]) < 0.5]
+        assert len(quiet) >= 2 and all(f["timeouts"] == 1 for f in quiet)
+        assert all(f["timeouts"] == 0 for f in flows if f not in quiet)
+    paced = run_controller([spec] * 4, NewReno(), duration_s=1.5, window_sender="paced")
+    assert all(f["timeouts"] == 0 for i in range(4) for f in paced.summary(i)["flows"])
+
+
 def test_newreno_lost_retransmission_waits_for_the_timer():
     """A lost retransmission (``SimConfig.retx_loss``) holds the recovery open: no growth and no
     new episode while ACKs keep coming, then the RTO (1 s minimum) resets the window."""

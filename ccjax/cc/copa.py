@@ -61,7 +61,7 @@ import jax.numpy as jnp
 from flax import struct
 
 from ccjax.cc.base import Decision
-from ccjax.cc.newreno import MAX_CWND, MSS, Episodes, track_episodes
+from ccjax.cc.newreno import MAX_CWND, MSS, Episodes, stall_cwnd, track_episodes
 
 if TYPE_CHECKING:
     from ccjax.sim.stats import MIStats
@@ -192,4 +192,4 @@ class Copa:
         new = CopaState(cwnd=cwnd_new, rtt_standing=rtt_standing, prev_min=cur_min,
                         velocity=velocity, direction=direction, same=same, rec_cwnd=rec_cwnd,
                         rec_time=rec_time, slow_start=slow_start, ep=ep)
-        return new, self._decide(cwnd_new, rtt_standing, stats.srtt, p)
+        return new, self._decide(stall_cwnd(ep, cwnd_new), rtt_standing, stats.srtt, p)

@@ -60,6 +60,7 @@ from ccjax.cc.newreno import (
     Episodes,
     mi_length,
     slow_start,
+    stall_cwnd,
     track_episodes,
 )
 
@@ -244,7 +245,7 @@ class Cubic:
         new = CubicState(cwnd=cwnd_new, ssthresh=ssthresh, w_max=w_max, k=k,
                          epoch_start=epoch_start, in_epoch=in_epoch, w_est=w_est,
                          cwnd_prior=cwnd_prior, origin=origin, bank=n3["bank"], ep=ep)
-        return new, self._decide(cwnd_new, stats.srtt, p, ssthresh)
+        return new, self._decide(stall_cwnd(ep, cwnd_new), stats.srtt, p, ssthresh)
 
     @staticmethod
     def _ns3(state: CubicState, stats: MIStats, p: CubicParams, ev, w, acked, in_ss, ss_cwnd,

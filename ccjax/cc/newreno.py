@@ -99,6 +99,15 @@ class Episodes(struct.PyTreeNode):
     #: (F,) loss episodes so far, each one window reduction on a loss report (RFC 6582: one per
     #: window of data; ns-3's entries into CA_RECOVERY), reported as ``recoveries``
     recoveries: jnp.ndarray
+    #: (F,) bytes of a loss no later packet revealed (``track_episodes``), still outstanding as
+    #: the sender knows it until its timer fires (0: none). The sender is stalled meanwhile.
+    blind: jnp.ndarray
+
+    @property
+    def stalled(self) -> jnp.ndarray:
+        """(F,) bool: the whole flight was lost unseen; the sender waits for its timer with the
+        window full, so it sends nothing new (``stall_cwnd``)."""
+        return self.blind > 0
 
     @property
     def in_recovery(self) -> jnp.ndarray:
@@ -113,7 +122,7 @@ class Episodes(struct.PyTreeNode):
         # the base RTT, as the simulator's SRTT starts there too).
         return cls(clock=z, old_bytes=z, progress_at=z, rttvar=0.5 * base_rtt_s + z,
                    backoff=jnp.ones_like(z), hole_at=jnp.full_like(z, NO_HOLE), timeouts=z,
-                   recoveries=z)
+                   recoveries=z, blind=z)
 
 
 class EpisodeEvents(NamedTuple):
@@ -122,6 +131,14 @@ class EpisodeEvents(NamedTuple):
     acked_new: jnp.ndarray  # (F,) bytes acked this MI that were sent after the last reduction
     flight: jnp.ndarray  # (F,) bytes in flight at the MI end (RFC 5681 FlightSize)
     now: jnp.ndarray  # (F,) s: the clock at the end of this MI
+
+
+def stall_cwnd(ep: Episodes, cwnd: jnp.ndarray) -> jnp.ndarray:
+    """The window a controller decides while ``ep.stalled``: one packet, the least the
+    simulator lets a sender have (``SimConfig.min_cwnd``; the sender then sends one packet
+    per RTT where a stalled TCP sends none), its own window kept for the reaction at the
+    timer."""
+    return jnp.where(ep.stalled, MSS, cwnd)
 
 
 def rto_s(rttvar: jnp.ndarray, backoff: jnp.ndarray, srtt: jnp.ndarray, tick_s: float,
@@ -160,8 +177,19 @@ def track_episodes(ep: Episodes, stats: MIStats, min_rto_s: jnp.ndarray,
     hole = ep.hole_at < NO_HOLE
     timeout = timeout | hole & (now >= ep.hole_at)
     new_hole = (stats.retx_lost_bytes > 0) & ~hole & ~timeout
-    hole_at = jnp.where(timeout, NO_HOLE, jnp.where(new_hole, now + rto, ep.hole_at))
-    holding = hole & ~timeout
+    # A loss no later packet reveals: the flow's whole flight was lost and nothing was acked, so
+    # no duplicate ACK (RFC 5681 §3.2, even with limited transmit, RFC 3042) and no SACK (RFC
+    # 6675) tells the sender; its retransmission timer does, one RTO after it started (RFC
+    # 6298 §5.1, ``progress_at``). Meanwhile the lost window is outstanding as the sender knows
+    # it: it sends nothing new and its reaction at the timeout sees that flight. (ns-3, four
+    # flows' first windows into a buffer of 8 packets: two or three flows lose theirs whole and
+    # time out 1 s later.) The simulator reports every loss one RTT after it; here the report
+    # of a blind one is held back to the timer.
+    blind = (lost > 0) & (acked <= 0) & (flight <= 0) & ~hole & ~timeout
+    hole_at = jnp.where(timeout, NO_HOLE,
+                        jnp.where(new_hole, now + rto,
+                                  jnp.where(blind, ep.progress_at + rto, ep.hole_at)))
+    holding = (hole | blind) & ~timeout
     # RFC 6582's "recover": the first ``old_bytes`` reported after a reduction are the packets
     # that were in flight at it. Reports arrive in sending order, so the MI's losses include a
     # packet sent after the reduction for certain only if there are more of them than old
@@ -174,6 +202,7 @@ def track_episodes(ep: Episodes, stats: MIStats, min_rto_s: jnp.ndarray,
     acked_new = jnp.where(holding, 0.0, jnp.minimum(acked, reported - old_here))
     reduce = loss | timeout
 
+    blind_before = ep.blind
     ep = Episodes(
         clock=now,
         # Everything in flight at a reduction belongs to the episode just handled.
@@ -189,8 +218,12 @@ def track_episodes(ep: Episodes, stats: MIStats, min_rto_s: jnp.ndarray,
         hole_at=hole_at,
         timeouts=ep.timeouts + timeout.astype(jnp.float32),
         recoveries=ep.recoveries + loss.astype(jnp.float32),
+        blind=jnp.where(timeout, 0.0, jnp.where(blind, lost, ep.blind)),
     )
-    return ep, EpisodeEvents(loss=loss, timeout=timeout, acked_new=acked_new, flight=flight,
+    # The reaction to the timer sees the blind loss's bytes as in flight (they were, to the
+    # sender); the episode bookkeeping above counts only what is still unreported.
+    flight_seen = jnp.where(timeout, jnp.maximum(flight, blind_before), flight)
+    return ep, EpisodeEvents(loss=loss, timeout=timeout, acked_new=acked_new, flight=flight_seen,
                              now=now)
 
 
@@ -293,4 +326,4 @@ class NewReno:
         cwnd_new = jnp.clip(cwnd_new, MSS, MAX_CWND)
 
         new = NewRenoState(cwnd=cwnd_new, ssthresh=ssthresh, ep=ep)
-        return new, self._decide(cwnd_new, stats.srtt, params, ssthresh)
+        return new, self._decide(stall_cwnd(ep, cwnd_new), stats.srtt, params, ssthresh)

@@ -93,7 +93,15 @@ import jax.numpy as jnp
 from flax import struct
 
 from ccjax.cc.base import Decision
-from ccjax.cc.newreno import MAX_CWND, MSS, SSTHRESH_INIT, Episodes, slow_start, track_episodes
+from ccjax.cc.newreno import (
+    MAX_CWND,
+    MSS,
+    SSTHRESH_INIT,
+    Episodes,
+    slow_start,
+    stall_cwnd,
+    track_episodes,
+)
 
 if TYPE_CHECKING:
     from ccjax.sim.stats import MIStats
@@ -249,4 +257,4 @@ class Vegas:
 
         new = VegasState(cwnd=cwnd_new, cwnd_sent=cwnd, ssthresh=ssthresh, ss_hold=ss_hold,
                          base_srtt=base_srtt, ep=ep)
-        return new, self._decide(cwnd_new, stats.srtt, p)
+        return new, self._decide(stall_cwnd(ep, cwnd_new), stats.srtt, p)

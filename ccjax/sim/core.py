@@ -286,10 +286,28 @@ def tick(
     service = capacity.cum(link.sched, tf + 1.0) - c0
     qtot = s.work
     space = jnp.maximum(link.buffer_bytes + service - qtot, 0.0)
+    # The flow whose packets head this tick's group (``_spread_group``; ACK-clocked packet model)
+    first_flow = (jax.random.randint(jax.random.fold_in(k_jit, 1), (), 0, cfg.n_flows)
+                  if cfg.model == "packet" and cfg.window_sender == "ack-clocked"
+                  else jnp.zeros((), jnp.int32))
     if cfg.model == "fluid":
         admit = offered * jnp.minimum(space / jnp.maximum(offered.sum(), 1e-30), 1.0)
     else:
         admit = PKT * _allocate_packets(offered / PKT, jnp.floor(space / PKT + 1e-6), k_drop)
+        if cfg.window_sender == "ack-clocked":
+            # A group made only of bursts from senders with nothing in flight (the first
+            # windows at time 0, restarts) arrives one flow's burst after another, back to back
+            # at the access rate, not interleaved: drop-tail admits them in that order (the
+            # order ``_spread_group`` queues them in), so the last flows can lose their whole
+            # burst, as ns-3's flows do in a small buffer (four flows' first windows of 10
+            # packets into 8: two or three of them lose all, and learn it only from their
+            # retransmission timer, ``newreno.track_episodes``).
+            bursts = jnp.all((inflight <= 0) | (offered <= 0)) & (offered.sum() > 0)
+            n_off = jnp.round(offered / PKT)
+            rolled = jnp.roll(n_off, -first_flow)
+            ahead = jnp.roll(jnp.cumsum(rolled) - rolled, first_flow)  # packets queued before f
+            seq = jnp.clip(jnp.floor(space / PKT + 1e-6) - ahead, 0.0, n_off)
+            admit = jnp.where(bursts, PKT * seq, admit)
     dropped = send - admit  # random loss + drop-tail, what the sender will learn as lost
 
     # 4. FIFO departure of this tick's group (and the moment its drops become known).
@@ -309,8 +327,6 @@ def tick(
     if cfg.window_sender == "ack-clocked":
         # Deliver the group as the link serves it, spread over the ticks its packets leave in,
         # not all at its last byte's tick: ACK clocking needs the bottleneck's spacing.
-        first_flow = (jax.random.randint(jax.random.fold_in(k_jit, 1), (), 0, cfg.n_flows)
-                      if cfg.model == "packet" else jnp.zeros((), jnp.int32))
         rows, idx = _spread_group(cfg, link, t, c0, qtot, admit, dropped, x, dep, first_flow)
         qline = qline.at[idx].add(jnp.where(write, rows, 0.0))
     else:
