@@ -503,8 +503,8 @@ def distance(rows: Iterable[Comparison]) -> float:
     outside ns-3's range), each capped at ``DISTANCE_CAP``. Lower is closer; a scenario within
     every tolerance adds at most 1. Unlike the count of scenarios within tolerance it moves
     with every scenario, not only with those near a tolerance's edge, so it tells a change to the
-    model from seed noise better (over the full matrix, eight ccjax seeds: 122.5 with seeds 1
-    to 8, 124.1 with 9 to 16, measured 2026-11-25)."""
+    model from seed noise better (over the full matrix, eight ccjax seeds: 121.0 with seeds 1
+    to 8, 121.6 with 9 to 16, measured 2026-11-25)."""
     return float(sum(min(max(r.reach.values(), default=0.0), DISTANCE_CAP) for r in rows))
 
 
