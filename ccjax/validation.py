@@ -18,8 +18,11 @@ ns-3 runs each scenario with two seeds; where its own runs differ by more than a
 tolerance is widened to that spread (for loss, to the range the seeds span).
 
 ``full_matrix()`` is the whole matrix (run by ``scripts/validate_ns3.py``, which writes
-``docs/validation.md``); ``ci_matrix()`` is the subset the test suite runs on every change, and
-``CI_AGREEING`` the scenarios of it that must stay within tolerance.
+``docs/validation.md``, and ``docs/validation.json`` with ns-3's per-seed runs and the verdicts);
+the test suite reruns ccjax on the whole matrix against those stored runs and requires the
+report's verdicts. ``ci_matrix()`` is the subset whose ns-3 runs the test suite reruns on every
+change (they must equal the stored ones), and ``CI_AGREEING`` the scenarios of it that must stay
+within tolerance against them.
 """
 
 from __future__ import annotations

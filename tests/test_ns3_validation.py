@@ -1,13 +1,24 @@
-"""ccjax's packet model against ns-3 on the CI subset of the validation matrix.
+"""ccjax's packet model against ns-3: the report's whole matrix and a live CI subset.
 
-Every scenario of ``ci_matrix`` runs in both simulators, with the report's seeds (ns-3's
-``NS3_SEEDS``, ccjax's ``CCJAX_SEEDS``); the scenarios listed in
-``validation.CI_AGREEING`` must agree within the issue's tolerances (widened only to ns-3's own
-seed-to-seed spread). The others are known divergences, shown and discussed in
-``docs/validation.md``.
+``docs/validation.json`` holds ns-3's per-seed runs of the report's matrix (``full_matrix``) and
+the report's verdict on each scenario. In CI:
+
+* ccjax runs the whole matrix with the report's seeds (``CCJAX_SEEDS``), is compared with the
+  stored ns-3 runs, and must reach the report's verdict on every scenario and every check: each
+  scenario ``docs/validation.md`` shows within every tolerance is within it, and the report is
+  the current model's (a model change that moves a verdict fails here until the report is
+  regenerated with ``scripts/validate_ns3.py``);
+* ns-3 itself runs every scenario of ``ci_matrix`` (Debian's ns-3.37, ``sims/ns3/dumbbell.cc``)
+  with the report's seeds (``NS3_SEEDS``): its runs must be the stored ones, so the stored
+  reference is what today's dumbbell produces, and the scenarios listed in
+  ``validation.CI_AGREEING`` must agree with ccjax within the issue's tolerances (widened only to
+  ns-3's own seed-to-seed spread) against these live runs.
 """
 
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,10 +27,33 @@ from ccjax import validation as v
 
 pytestmark = pytest.mark.slow
 
+REPORT_JSON = Path(__file__).resolve().parent.parent / "docs" / "validation.json"
+
 
 @pytest.fixture(scope="module")
-def rows():
-    return v.validate(v.ci_matrix(30.0), workers=2)
+def ccjax_full():
+    """ccjax on the report's matrix, by scenario name (one compiled batch per controller)."""
+    scenarios = v.full_matrix(30.0)
+    return dict(zip((s.name for s in scenarios),
+                    v.run_ccjax(scenarios, seeds=v.CCJAX_SEEDS), strict=True))
+
+
+@pytest.fixture(scope="module")
+def ns3_live():
+    """ns-3 itself on ``ci_matrix`` with the report's seeds, per seed."""
+    scenarios = v.ci_matrix(30.0)
+    return scenarios, v.run_ns3_seeds(scenarios, v.NS3_SEEDS, workers=2)
+
+
+@pytest.fixture(scope="module")
+def rows(ccjax_full, ns3_live):
+    """``ci_matrix``: the live ns-3 runs against ccjax (``validate``, sharing ccjax's batch)."""
+    scenarios, runs = ns3_live
+    out = []
+    for sc, rs in zip(scenarios, runs, strict=True):
+        ref, spread = v.average(rs)
+        out.append(v.compare(sc, ref, ccjax_full[sc.name], spread))
+    return out
 
 
 def test_agreeing_scenarios_stay_within_tolerance(rows):
@@ -27,6 +61,53 @@ def test_agreeing_scenarios_stay_within_tolerance(rows):
     assert set(v.CI_AGREEING) <= set(by_name), "CI_AGREEING names scenarios not in ci_matrix"
     bad = {n: by_name[n].failures() for n in v.CI_AGREEING if not by_name[n].ok}
     assert not bad, f"outside tolerance: {bad}"
+
+
+def test_stored_ns3_runs_are_todays_dumbbell(ns3_live):
+    """ns-3 is deterministic for a build and a seed: the live runs of ``ci_matrix`` are the ones
+    ``docs/validation.json`` stores, figure for figure, so the report's reference is current."""
+    scenarios, live = ns3_live
+    stored = v.ns3_reference_runs(scenarios, REPORT_JSON)
+    off = {}
+    for sc, got, want in zip(scenarios, live, stored, strict=True):
+        for seed, g, w in zip(v.NS3_SEEDS, got, want, strict=True):
+            a = [g.utilization, g.mean_queue_delay_ms, g.loss_rate, *g.throughput_mbps]
+            b = [w.utilization, w.mean_queue_delay_ms, w.loss_rate, *w.throughput_mbps]
+            if len(a) != len(b) or not np.allclose(a, b, rtol=1e-6, atol=1e-9):
+                off[f"{sc.name} seed {seed}"] = (b, a)
+    assert not off, (f"ns-3's runs differ from docs/validation.json's (stored, live): {off}; "
+                     f"rerun scripts/validate_ns3.py without --ns3-from")
+
+
+def test_report_verdicts_are_the_current_models(ccjax_full):
+    """Every scenario of the report's matrix, ccjax now against the stored ns-3 runs: each check
+    comes out as ``docs/validation.json`` (and so ``docs/validation.md``) says, so every
+    scenario the report shows within every tolerance is within it, and no row of the report is
+    stale."""
+    report = json.loads(REPORT_JSON.read_text())
+    assert report["matrix"] == "full"
+    scenarios = v.full_matrix(30.0)
+    stored = {v.Scenario(**{**r["scenario"], "rtt_ms": tuple(r["scenario"]["rtt_ms"])}).name:
+              r["checks"] for r in report["rows"]}
+    assert set(stored) == {sc.name for sc in scenarios}
+    ref = v.ns3_from_records(scenarios, REPORT_JSON)
+    now = [v.compare(sc, r, ccjax_full[sc.name], sp)
+           for sc, (r, sp) in zip(scenarios, ref, strict=True)]
+    moved = {}
+    for c in now:
+        was = stored[c.scenario.name]
+        diff = {k: f"report {was.get(k)}, now {ok}" for k, ok in c.checks.items()
+                if was.get(k) != ok}
+        if diff:
+            moved[c.scenario.name] = diff
+    assert not moved, (f"verdicts differ from docs/validation.json: {moved}; regenerate the "
+                       f"report: .venv/bin/python scripts/validate_ns3.py --ns3-from "
+                       f"docs/validation.json")
+    md = (REPORT_JSON.parent / "validation.md").read_text()
+    for cc in v.VALIDATED_CC:
+        mine = [c for c in now if c.scenario.cc == cc]
+        head = f"### {cc}\n\n{sum(c.ok for c in mine)} of {len(mine)} scenarios within every"
+        assert head in md, f"docs/validation.md's {cc} table does not say {head!r}"
 
 
 def test_report_renders(rows):
@@ -48,8 +129,6 @@ def test_ns3_rows_read_back_from_a_report(tmp_path):
     """``--ns3-from``: a report's JSON gives back the per-seed ns-3 runs it was written with, as
     their average and spread; a report with averages only, other seeds or a scenario missing is
     a one-line error."""
-    import json
-
     from ccjax.errors import ConfigError
 
     a, b = v.ci_matrix(30.0)[:2]
@@ -85,8 +164,6 @@ def test_ns3_against_itself_checks_other_seeds_as_ccjax_is_checked(tmp_path):
     """ns-3 with other seeds, averaged, against the reference rows: the same ``compare``;
     its runs go into a report's JSON and come back only for the same seeds and scenarios; the
     table shows the count and a column of ns-3's own misses."""
-    import json
-
     a, b = v.ci_matrix(30.0)[:2]
     ref = [(v.Measured(0.90, 12.0, 0.004, [4.5, 4.4]), v.Spread(0.01, 0.5, 0.02, 0.003, 0.005)),
            (v.Measured(0.90, 12.0, 0.004, [4.5, 4.4]), v.Spread(0.01, 0.5, 0.02, 0.003, 0.005))]
