@@ -136,7 +136,17 @@ def ci_matrix(duration_s: float = 30.0) -> list[Scenario]:
 #: 0.317 with two seeds, 0.316 with eight; ns-3 0.309) and "vegas 2f 10Mbps 40/40ms 4BDP
 #: loss0.01" left it: 0.964 with eight seeds but 0.971 with two, against ns-3's 0.941, on the
 #: tolerance's edge. The two NewReno scenarios that left then came back with eight ccjax seeds
-#: (above).
+#: (above). With equal-RTT first windows leaving the queue interleaved (``sim.core.
+#: _first_windows_together``; 152 -> 153 over the matrix with seeds 1 to 8, 151 -> 152 with 9 to
+#: 16) two left it: "newreno 2f 10Mbps 40/40ms 4BDP loss0.01" (queueing delay 1.1 tolerances;
+#: ccjax's eight-seed mean of it is mostly noise: 6.3 ms before the change, 3.9 ms with it, and
+#: with it 4.9 ms when the scenario runs in a batch of its own and 2.6 ms with seeds 9 to 16 so;
+#: ns-3 7.1 ms, its seeds 2.8 ms apart) and "cubic 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01"
+#: (utilization 0.504 before, 0.497 with it; 0.514 with seeds 9 to 16 in a batch of its own;
+#: ns-3 0.532); "vegas 2f 10Mbps 40/40ms 4BDP loss0.01" joined it. Since the eighth
+#: session of 2026-11-25 the test suite also holds every verdict of the report over the whole
+#: matrix (``tests/test_ns3_validation.py``), so this list is the part of it checked against
+#: ns-3 run live.
 CI_AGREEING = (
     "newreno 1f 10Mbps 40ms 1BDP loss0",
     "newreno 1f 50Mbps 40ms 0.25BDP loss0.01",
@@ -144,7 +154,6 @@ CI_AGREEING = (
     "newreno 2f 10Mbps 20/100ms 0.25BDP loss0",
     "newreno 2f 50Mbps 40/40ms 1BDP loss0.01",
     "newreno 4f 50Mbps 20/47/73/100ms 1BDP loss0",
-    "newreno 2f 10Mbps 40/40ms 4BDP loss0.01",
     "newreno 4f 10Mbps 20/47/73/100ms 4BDP loss0",
     "cubic 1f 10Mbps 40ms 1BDP loss0",
     "cubic 1f 50Mbps 40ms 4BDP loss0",
@@ -152,11 +161,11 @@ CI_AGREEING = (
     "cubic 2f 10Mbps 40/40ms 4BDP loss0.01",
     "cubic 4f 50Mbps 20/47/73/100ms 1BDP loss0",
     "cubic 4f 10Mbps 20/47/73/100ms 4BDP loss0",
-    "cubic 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01",
     "vegas 1f 10Mbps 40ms 1BDP loss0",
     "vegas 1f 50Mbps 40ms 0.25BDP loss0.01",
     "vegas 1f 50Mbps 40ms 4BDP loss0",
     "vegas 2f 50Mbps 40/40ms 1BDP loss0.01",
+    "vegas 2f 10Mbps 40/40ms 4BDP loss0.01",
     "vegas 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01",
     "vegas 4f 50Mbps 20/47/73/100ms 1BDP loss0",
 )

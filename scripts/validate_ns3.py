@@ -440,7 +440,13 @@ def main(argv=None) -> int:
         f"a 0.25 BDP buffer (timeouts at 1.04 s in both seeds). With two flows ns-3's sender "
         f"jitter spreads each burst's first packets among the other's and the second flow "
         f"rarely loses its whole window, where ccjax's always does: two equal Vegas flows at "
-        f"10 Mbps, 0.25 BDP split 0.68/0.32 (ns-3 0.54/0.46)."
+        f"10 Mbps, 0.25 BDP split 0.68/0.32 (ns-3 0.54/0.46). The first windows of flows with "
+        f"one base RTT, sent together, leave the queue interleaved (`sim.core."
+        f"_first_windows_together`: in ns-3 they reach the bottleneck together and the jitter "
+        f"mixes them; flows with different RTTs never meet there with their first windows), "
+        f"so neither flow's first RTT samples carry the other's whole window: two equal Vegas "
+        f"flows at 10 Mbps, 1 and 4 BDP split 0.50/0.50 as in ns-3, where one after the other "
+        f"they split 0.58/0.42 and 0.67/0.33."
         f"{_vegas_note(scen, ref, rows)}",
         "",
         "CUBIC in ns-3's arithmetic. ns-3.37's TcpCubic::Update truncates the cubic offset "

@@ -164,6 +164,24 @@ def test_first_windows_into_a_small_buffer_are_admitted_flow_by_flow():
     assert all(f["timeouts"] == 0 for i in range(4) for f in paced.summary(i)["flows"])
 
 
+
+def test_first_windows_of_equal_rtt_flows_leave_the_queue_interleaved():
+    """Two ACK-clocked flows' first windows (20 packets, 24 ms of queue at 10 Mbps) sent
+    together: with one base RTT they leave interleaved and both see the same mean queueing
+    delay, half the group's (ns-3's jitter mixes them); with different RTTs (which never meet
+    with their first windows in ns-3) one flow's window queues behind the other's."""
+    def first_window_delays(rtts: list[float]) -> list[list[float]]:
+        spec = link_from_flags(flows=2, bw_mbps=10.0, rtt_ms=rtts, buffer_pkts=100)
+        res = run_controller([spec] * 3, NewReno(), duration_s=0.03,
+                             window_sender="ack-clocked", link_seeds=[1, 2, 3])
+        return [[f["mean_rtt_ms"] - f["base_rtt_ms"] for f in res.summary(i)["flows"]]
+                for i in range(3)]
+
+    for a, b in first_window_delays([40.0, 40.0]):
+        assert a == pytest.approx(b, abs=0.5) and 11.0 < a < 16.0
+    for a, b in first_window_delays([40.0, 41.0]):
+        assert abs(a - b) > 10.0  # 5 ms for the flow queued first, 20 ms for the other
+
 def test_newreno_lost_retransmission_waits_for_the_timer():
     """A lost retransmission (``SimConfig.retx_loss``) holds the recovery open: no growth and no
     new episode while ACKs keep coming, then the RTO (1 s minimum) resets the window."""
