@@ -177,8 +177,10 @@ def _spread_group(cfg: SimConfig, link: LinkParams, t: jnp.ndarray, c0: jnp.ndar
     has left. (A fixed rotation, ``t mod F``, puts the same flow first every round when the
     RTT is a multiple of F ticks: ACK-clocked bursts recur at the same tick phase, and flow 0
     was queued ahead of the others every round; four equal Vegas flows at 50 Mbps, 40 ms, gave
-    flow 0 the largest share on every one of eight links.) Fluid model: the flows' bytes are
-    mixed, each leaving in proportion to what it sent.
+    flow 0 the largest share on every one of eight links.) Where ``mixed`` (a packet-model group
+    of first windows sent together, ``_first_windows_together``) the flows' packets leave
+    interleaved instead, each flow's in proportion to its share of the group. Fluid model: the
+    flows' bytes are mixed, each leaving in proportion to what it sent.
     Queueing delay of a slice: the mean departure time of its bytes (linear within a tick) less
     the group's arrival ``t + 1`` (arrivals are spread over the tick, as in ``tick``).
     Returns ``(rows (K, F, 3), slots (K,))``.
