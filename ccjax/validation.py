@@ -66,6 +66,11 @@ class Scenario:
     loss: float
     duration_s: float = 30.0
 
+    @classmethod
+    def from_record(cls, rec: dict) -> Scenario:
+        """The scenario of a report's JSON record (``dataclasses.asdict`` of one)."""
+        return cls(**{**rec, "rtt_ms": tuple(rec["rtt_ms"])})
+
     @property
     def buffer_pkts(self) -> int:
         bdp = self.bw_mbps * 1e6 / 8 * max(self.rtt_ms) * 1e-3 / PACKET_BYTES
@@ -139,9 +144,9 @@ def ci_matrix(duration_s: float = 30.0) -> list[Scenario]:
 #: (above). With equal-RTT first windows leaving the queue interleaved (``sim.core.
 #: _first_windows_together``; 152 -> 153 over the matrix with seeds 1 to 8, 151 -> 152 with 9 to
 #: 16) two left it: "newreno 2f 10Mbps 40/40ms 4BDP loss0.01" (queueing delay 1.1 tolerances;
-#: ccjax's eight-seed mean of it is mostly noise: 6.3 ms before the change, 3.9 ms with it, and
-#: with it 4.9 ms when the scenario runs in a batch of its own and 2.6 ms with seeds 9 to 16 so;
-#: ns-3 7.1 ms, its seeds 2.8 ms apart) and "cubic 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01"
+#: ccjax's eight-seed mean of it is mostly noise: 6.3 ms before the change, 3.9 ms with it; with
+#: it, in a batch of its own, 4.9 ms with seeds 1 to 8 and 2.6 ms with 9 to 16; ns-3 7.1 ms, its
+#: seeds 2.8 ms apart) and "cubic 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01"
 #: (utilization 0.504 before, 0.497 with it; 0.514 with seeds 9 to 16 in a batch of its own;
 #: ns-3 0.532); "vegas 2f 10Mbps 40/40ms 4BDP loss0.01" joined it. Since the eighth
 #: session of 2026-11-25 the test suite also holds every verdict of the report over the whole
@@ -515,8 +520,8 @@ def distance(rows: Iterable[Comparison]) -> float:
     outside ns-3's range), each capped at ``DISTANCE_CAP``. Lower is closer; a scenario within
     every tolerance adds at most 1. Unlike the count of scenarios within tolerance it moves
     with every scenario, not only with those near a tolerance's edge, so it tells a change to the
-    model from seed noise better (over the full matrix, eight ccjax seeds: 121.0 with seeds 1
-    to 8, 121.6 with 9 to 16, measured 2026-11-25)."""
+    model from seed noise better (over the full matrix, eight ccjax seeds: 117.5 with seeds 1
+    to 8, 119.5 with 9 to 16, measured 2026-11-25)."""
     return float(sum(min(max(r.reach.values(), default=0.0), DISTANCE_CAP) for r in rows))
 
 
@@ -631,7 +636,7 @@ def _runs_by_scenario(rec, seeds: Sequence[int]) -> dict | None:
         return None
     out = {}
     for r in rec.get("rows", []):
-        sc = Scenario(**{**r["scenario"], "rtt_ms": tuple(r["scenario"]["rtt_ms"])})
+        sc = Scenario.from_record(r["scenario"])
         out[(sc.name, sc.duration_s)] = [Measured(**m) for m in r["runs"]]
     return out
 

@@ -445,8 +445,8 @@ def main(argv=None) -> int:
         f"_first_windows_together`: in ns-3 they reach the bottleneck together and the jitter "
         f"mixes them; flows with different RTTs never meet there with their first windows), "
         f"so neither flow's first RTT samples carry the other's whole window: two equal Vegas "
-        f"flows at 10 Mbps, 1 and 4 BDP split 0.50/0.50 as in ns-3, where one after the other "
-        f"they split 0.58/0.42 and 0.67/0.33."
+        f"flows at 10 Mbps, 1 and 4 BDP split 0.51/0.49 and 0.52/0.48 (ns-3 0.50/0.50 and "
+        f"0.49/0.51), where one after the other they split 0.58/0.42 and 0.67/0.33."
         f"{_vegas_note(scen, ref, rows)}",
         "",
         "CUBIC in ns-3's arithmetic. ns-3.37's TcpCubic::Update truncates the cubic offset "

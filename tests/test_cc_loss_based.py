@@ -164,7 +164,6 @@ def test_first_windows_into_a_small_buffer_are_admitted_flow_by_flow():
     assert all(f["timeouts"] == 0 for i in range(4) for f in paced.summary(i)["flows"])
 
 
-
 def test_first_windows_of_equal_rtt_flows_leave_the_queue_interleaved():
     """Two ACK-clocked flows' first windows (20 packets, 24 ms of queue at 10 Mbps) sent
     together: with one base RTT they leave interleaved and both see the same mean queueing
@@ -181,6 +180,7 @@ def test_first_windows_of_equal_rtt_flows_leave_the_queue_interleaved():
         assert a == pytest.approx(b, abs=0.5) and 11.0 < a < 16.0
     for a, b in first_window_delays([40.0, 41.0]):
         assert abs(a - b) > 10.0  # 5 ms for the flow queued first, 20 ms for the other
+
 
 def test_newreno_lost_retransmission_waits_for_the_timer():
     """A lost retransmission (``SimConfig.retx_loss``) holds the recovery open: no growth and no

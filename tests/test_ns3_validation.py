@@ -47,7 +47,7 @@ def ns3_live():
 
 @pytest.fixture(scope="module")
 def rows(ccjax_full, ns3_live):
-    """``ci_matrix``: the live ns-3 runs against ccjax (``validate``, sharing ccjax's batch)."""
+    """``ci_matrix``: the live ns-3 runs against ccjax's runs of the whole matrix."""
     scenarios, runs = ns3_live
     out = []
     for sc, rs in zip(scenarios, runs, strict=True):
@@ -87,8 +87,7 @@ def test_report_verdicts_are_the_current_models(ccjax_full):
     report = json.loads(REPORT_JSON.read_text())
     assert report["matrix"] == "full"
     scenarios = v.full_matrix(30.0)
-    stored = {v.Scenario(**{**r["scenario"], "rtt_ms": tuple(r["scenario"]["rtt_ms"])}).name:
-              r["checks"] for r in report["rows"]}
+    stored = {v.Scenario.from_record(r["scenario"]).name: r["checks"] for r in report["rows"]}
     assert set(stored) == {sc.name for sc in scenarios}
     ref = v.ns3_from_records(scenarios, REPORT_JSON)
     now = [v.compare(sc, r, ccjax_full[sc.name], sp)
