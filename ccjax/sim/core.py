@@ -139,6 +139,13 @@ def _allocate_packets(offered: jnp.ndarray, space: jnp.ndarray, key: jnp.ndarray
     return jnp.minimum(base + extra, offered)
 
 
+def _random_present_flow(key: jnp.ndarray, present: jnp.ndarray) -> jnp.ndarray:
+    """The index of one of the ``present`` flows, each with the same chance; independent of how
+    many absent slots follow them (a batch pads every link to its widest link's flow count)."""
+    k = jnp.floor(jax.random.uniform(key) * present.sum())
+    return jnp.argmax(jnp.cumsum(present) > k).astype(jnp.int32)
+
+
 def _first_windows_together(bursts: jnp.ndarray, offered: jnp.ndarray, link: LinkParams,
                             sent: jnp.ndarray) -> jnp.ndarray:
     """Whether this tick's group is the first windows of flows with one base RTT, sent together.
@@ -279,7 +286,11 @@ def tick(
         cap = 2.0 * pace * dt + PKT
         credit = jnp.minimum(s.credit + pace * dt, cap)
         if cfg.pacing_jitter:
-            u = jax.random.uniform(k_jit, (2,) + credit.shape)
+            # (F, 2), not (2, F): a flow's draws then do not depend on how many flow slots the
+            # batch pads to (JAX's partitionable threefry draws element i from counter i), so a
+            # link's run is the same alone and in any batch (``test_sim_core``)
+            u = jax.random.uniform(k_jit, credit.shape + (2,))
+            u = (u[..., 0], u[..., 1])
             n = jnp.floor(credit / PKT + u[0])
             # timer slack: half the time this tick's packets leave with the next tick's, but
             # only when the credit then still fits under its cap, so no credit is ever lost
@@ -322,7 +333,8 @@ def tick(
     qtot = s.work
     space = jnp.maximum(link.buffer_bytes + service - qtot, 0.0)
     # The flow whose packets head this tick's group (``_spread_group``; ACK-clocked packet model)
-    first_flow = (jax.random.randint(jax.random.fold_in(k_jit, 1), (), 0, cfg.n_flows)
+    # (drawn among the link's flows, not the batch's padded slots, for the same reason)
+    first_flow = (_random_present_flow(jax.random.fold_in(k_jit, 1), link.present)
                   if cfg.model == "packet" and cfg.window_sender == "ack-clocked"
                   else jnp.zeros((), jnp.int32))
     if cfg.model == "fluid":
