@@ -287,8 +287,9 @@ def tick(
         credit = jnp.minimum(s.credit + pace * dt, cap)
         if cfg.pacing_jitter:
             # (F, 2), not (2, F): a flow's draws then do not depend on how many flow slots the
-            # batch pads to (JAX's partitionable threefry draws element i from counter i), so a
-            # link's run is the same alone and in any batch (``test_sim_core``)
+            # batch pads to (JAX's partitionable Threefry, the default since 0.5, draws element
+            # i from counter i), so a link's run is the same alone and in any batch
+            # (``test_sim_laws``)
             u = jax.random.uniform(k_jit, credit.shape + (2,))
             u = (u[..., 0], u[..., 1])
             n = jnp.floor(credit / PKT + u[0])
