@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from ccjax.api import link_from_flags, simulate
+from ccjax.api import link_from_flags, run_controller, simulate
 from ccjax.cc.const import Const
+from ccjax.cc.registry import get_controller
 from ccjax.sim import LinkSpec
 from ccjax.sim.run import run
 from ccjax.units import PACKET_BYTES, mbps_to_bytes_per_s
@@ -193,9 +194,6 @@ def test_a_link_runs_the_same_alone_and_in_a_wider_batch(model, sender, cc):
     # link's figures must not depend on that (a 2-flow scenario of the ns-3 matrix gave 0.600
     # utilization alone and 0.668 beside a 4-flow one when the per-flow draws took the padded
     # shape).
-    from ccjax.api import run_controller
-    from ccjax.cc.registry import get_controller
-
     ctl = get_controller(cc)
     a = link_from_flags(flows=2, bw_mbps=10.0, rtt_ms=(40.0, 40.0), buffer_pkts=30, loss=0.01)
     b = link_from_flags(flows=4, bw_mbps=50.0, rtt_ms=(20.0, 47.0, 73.0, 100.0), buffer_pkts=400)

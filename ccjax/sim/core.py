@@ -291,11 +291,10 @@ def tick(
             # i from counter i), so a link's run is the same alone and in any batch
             # (``test_sim_laws``)
             u = jax.random.uniform(k_jit, credit.shape + (2,))
-            u = (u[..., 0], u[..., 1])
-            n = jnp.floor(credit / PKT + u[0])
+            n = jnp.floor(credit / PKT + u[..., 0])
             # timer slack: half the time this tick's packets leave with the next tick's, but
             # only when the credit then still fits under its cap, so no credit is ever lost
-            defer = (u[1] < 0.5) & (credit + pace * dt <= cap)
+            defer = (u[..., 1] < 0.5) & (credit + pace * dt <= cap)
             n = jnp.where(defer, 0.0, n)
         else:
             n = jnp.floor(credit / PKT)
