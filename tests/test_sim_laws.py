@@ -209,3 +209,46 @@ def test_a_link_runs_the_same_alone_and_in_a_wider_batch(model, sender, cc):
     for fa, fb in zip(alone["flows"], beside["flows"], strict=True):
         for key in ("throughput_mbps", "loss_rate", "mean_rtt_ms"):
             assert fb[key] == pytest.approx(fa[key], rel=1e-5, abs=1e-6)
+
+
+@pytest.mark.parametrize("cc", ["cubic", "vegas"])
+def test_switches_uniform_over_the_batch_are_compiled_in_with_the_same_run(cc, monkeypatch):
+    # ``sim.run.fold_switches`` turns a boolean controller parameter that holds one value over
+    # the whole batch into a compile-time constant (so XLA drops the side not taken); a switch
+    # that differs between flows stays a traced array. Either way the run is the same.
+    import importlib
+
+    from ccjax import validation
+
+    sim_run = importlib.import_module("ccjax.sim.run")  # ``ccjax.sim.run`` is also a function
+
+    ctl = get_controller(cc)
+    p = validation.ns3_equivalent_params(cc, ctl, 2)
+    if cc == "cubic":  # one switch that differs between the flows
+        p = p.replace(hystart=jnp.array([True, False]))
+    links = [link_from_flags(flows=2, bw_mbps=10.0, rtt_ms=(20.0, 60.0), buffer_pkts=25,
+                             loss=0.01)] * 2
+
+    folded, dyn = sim_run.fold_switches(
+        ctl, jax.tree.map(lambda x: jnp.broadcast_to(x, (2,) + x.shape), p))
+    assert isinstance(folded, sim_run.FoldedSwitches)
+    names = [str(k[0].name) for k, _ in jax.tree_util.tree_flatten_with_path(p)[0]]
+    kept = {names[i] for i, _, _ in folded.frozen}
+    bools = {n for n, x in zip(names, jax.tree.leaves(p), strict=True) if x.dtype == jnp.bool_}
+    assert kept == bools - ({"hystart"} if cc == "cubic" else set()) and kept
+    assert len(dyn) == len(names) - len(kept)
+
+    def go():
+        return run_controller(links, ctl, p, duration_s=3.0, model="packet",
+                              window_sender="ack-clocked", retx_loss=True,
+                              link_seeds=[3, 4]).summary(1)
+
+    a = go()
+    monkeypatch.setattr(sim_run, "fold_switches", lambda c, q: (c, q))
+    b = go()
+    assert a["link"]["drop_rate"] > 0
+    for key in ("utilization", "mean_queue_delay_ms", "drop_rate", "queue_series_pkts"):
+        assert a["link"][key] == pytest.approx(b["link"][key], rel=1e-5, abs=1e-6)
+    for fa, fb in zip(a["flows"], b["flows"], strict=True):
+        for key in ("throughput_mbps", "loss_rate", "mean_rtt_ms", "timeouts", "recoveries"):
+            assert fa[key] == pytest.approx(fb[key], rel=1e-5, abs=1e-6)

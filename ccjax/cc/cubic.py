@@ -244,7 +244,8 @@ class Cubic:
         cwnd_new = jnp.clip(cwnd_new, MSS, MAX_CWND)
         new = CubicState(cwnd=cwnd_new, ssthresh=ssthresh, w_max=w_max, k=k,
                          epoch_start=epoch_start, in_epoch=in_epoch, w_est=w_est,
-                         cwnd_prior=cwnd_prior, origin=origin, bank=n3["bank"], ep=ep)
+                         cwnd_prior=cwnd_prior, origin=origin,
+                         bank=jnp.where(sel, n3["bank"], state.bank), ep=ep)
         return new, self._decide(stall_cwnd(ep, cwnd_new), stats.srtt, p, ssthresh)
 
     @staticmethod

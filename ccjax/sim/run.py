@@ -119,13 +119,68 @@ class RunResult:
         return summarize(self, i)
 
 
+@dataclass(frozen=True)
+class FoldedSwitches:
+    """``inner`` with the boolean parameters that hold one value over the whole batch made
+    compile-time constants.
+
+    Controllers keep their mode switches (CUBIC's ``ns3_integer``, ``reno_friendly``,
+    ``hystart``; Vegas's ns-3 modes) as per-flow arrays, so that a sweep can vmap over them, and
+    compute both sides of each. Where a switch is the same on every flow of every link, as in
+    any run of one configuration, XLA folds the side not taken away. The parameters it is
+    called with are the others (``dyn``, the leaves left in order); the results are the same as
+    ``inner``'s with the full parameters (``test_sim_laws``)."""
+
+    inner: Controller
+    treedef: Any
+    #: (leaf index, value, per-link shape), in increasing index
+    frozen: tuple[tuple[int, bool, tuple[int, ...]], ...]
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    def full(self, dyn: tuple) -> Any:
+        leaves = list(dyn)
+        for i, value, shape in self.frozen:
+            leaves.insert(i, jnp.full(shape, value, bool))
+        return jax.tree.unflatten(self.treedef, leaves)
+
+    def default_params(self, n_flows: int) -> Any:
+        return self.inner.default_params(n_flows)
+
+    def init(self, params: tuple, base_rtt_s: jnp.ndarray):
+        return self.inner.init(self.full(params), base_rtt_s)
+
+    def on_interval(self, state: Any, stats: Any, params: tuple):
+        return self.inner.on_interval(state, stats, self.full(params))
+
+
+def fold_switches(controller: Controller, cc_params: Any) -> tuple[Controller, Any]:
+    """``(FoldedSwitches(controller, ...), the other leaves)`` for batched ``cc_params`` (a
+    leading link axis), or the two unchanged where no boolean leaf is uniform."""
+    leaves, treedef = jax.tree.flatten(cc_params)
+    frozen, dyn = [], []
+    for i, x in enumerate(leaves):
+        a = np.asarray(x)
+        if a.dtype == np.bool_ and a.size > 0 and (a.all() or not a.any()):
+            frozen.append((i, bool(a.flat[0]), tuple(a.shape[1:])))
+        else:
+            dyn.append(x)
+    if not frozen:
+        return controller, cc_params
+    return FoldedSwitches(controller, treedef, tuple(frozen)), tuple(dyn)
+
+
 def run(cfg: SimConfig, controller: Controller, links: LinkParams, cc_params: Any,
         keys: jnp.ndarray, timeline: Timeline) -> RunResult:
     """Compile (timed separately) and run a batch of links; block until done. The batch is
-    split across all local devices when it divides evenly (``ccjax.devices``)."""
+    split across all local devices when it divides evenly (``ccjax.devices``). Boolean
+    controller parameters with one value over the batch are compiled in (``fold_switches``)."""
     from ccjax.devices import shard_batch
 
     B = int(links.buffer_bytes.shape[0])
+    controller, cc_params = fold_switches(controller, cc_params)
     links, cc_params, keys = shard_batch((links, cc_params, keys), B)
     fn = make_runner(cfg, controller, timeline)
     t0 = time.perf_counter()
