@@ -41,15 +41,27 @@ def _backend_initialized() -> bool:
         return True
 
 
+def batch_mesh(batch: int):
+    """The mesh (one axis, ``links``) that ``shard_batch`` splits a batch of ``batch`` links
+    over, or None where it leaves the batch on one device."""
+    import jax
+    import numpy as np
+    from jax.sharding import Mesh
+
+    devs = jax.local_devices()
+    if len(devs) <= 1 or batch % len(devs):
+        return None
+    return Mesh(np.array(devs), ("links",))
+
+
 def shard_batch(tree, batch: int):
     """Place a pytree whose leaves lead with the link axis across all local devices when the
     batch divides evenly; otherwise leave it on the default device."""
     import jax
-    import numpy as np
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+    from jax.sharding import NamedSharding, PartitionSpec
 
-    devs = jax.local_devices()
-    if len(devs) <= 1 or batch % len(devs):
+    mesh = batch_mesh(batch)
+    if mesh is None:
         return tree
-    sharding = NamedSharding(Mesh(np.array(devs), ("links",)), PartitionSpec("links"))
+    sharding = NamedSharding(mesh, PartitionSpec("links"))
     return jax.tree.map(lambda x: jax.device_put(x, sharding), tree)

@@ -326,7 +326,7 @@ def _run_cached(cfg: Any, ctl: Controller, timeline: Timeline, links: Any, param
                 keys: jnp.ndarray) -> tuple[RunResult, float]:
     """``ccjax.sim.run.run`` with the compiled program kept for the next call of the same
     shapes; returns (result, seconds spent compiling in this call)."""
-    from ccjax.devices import shard_batch
+    from ccjax.devices import batch_mesh, shard_batch
 
     B = int(links.buffer_bytes.shape[0])
     links, params, keys = shard_batch((links, params, keys), B)
@@ -336,7 +336,7 @@ def _run_cached(cfg: Any, ctl: Controller, timeline: Timeline, links: Any, param
     fn = _RUNNERS.get(key)
     if fn is None:
         t0 = time.perf_counter()
-        fn = make_runner(cfg, tctl, timeline).lower(links, params, keys).compile()
+        fn = make_runner(cfg, tctl, timeline, batch_mesh(B)).lower(links, params, keys).compile()
         compile_s = time.perf_counter() - t0
         if len(_RUNNERS) >= _RUNNERS_MAX:
             _RUNNERS.pop(next(iter(_RUNNERS)))

@@ -33,10 +33,16 @@ import jax
 specs = [link_from_flags(flows=2, bw_mbps=b, rtt_ms=(30.0, 50.0), loss=0.01)
          for b in (6, 9, 12, 20)]
 res = simulate(specs, rate_mbps=[5.0, 6.0], duration_s=1.0, model="packet", seed=4)
+# CUBIC is asked only where an MI ended, gathered per device (``sim.compact``, ``shard_map``)
+cub = simulate(specs, cc="cubic", duration_s=2.0, model="packet", seed=4,
+               window_sender="ack-clocked")
 print(json.dumps({"devices": len(jax.devices()),
                   "sharded": len(res.series.delivered.sharding.device_set),
+                  "cubic_sharded": len(cub.series.delivered.sharding.device_set),
                   "thr": [[f["throughput_mbps"] for f in res.summary(i)["flows"]]
-                          for i in range(4)]}))
+                          for i in range(4)],
+                  "cubic": [[f["throughput_mbps"] for f in cub.summary(i)["flows"]]
+                            for i in range(4)]}))
 """
 
 
@@ -50,8 +56,9 @@ def test_sharded_batch_equals_single_device():
                            text=True, check=True)
         out[n] = json.loads(p.stdout.strip().splitlines()[-1])
     assert out[1]["devices"] == 1 and out[2]["devices"] == 2
-    assert out[2]["sharded"] == 2  # the batch really ran on both devices
+    assert out[2]["sharded"] == 2 and out[2]["cubic_sharded"] == 2  # ran on both devices
     assert out[1]["thr"] == out[2]["thr"]
+    assert out[1]["cubic"] == out[2]["cubic"]
 
 
 def test_link_seeds_make_a_link_independent_of_its_batch():

@@ -252,3 +252,71 @@ def test_switches_uniform_over_the_batch_are_compiled_in_with_the_same_run(cc, m
     for fa, fb in zip(a["flows"], b["flows"], strict=True):
         for key in ("throughput_mbps", "loss_rate", "mean_rtt_ms", "timeouts", "recoveries"):
             assert fa[key] == pytest.approx(fb[key], rel=1e-5, abs=1e-6)
+
+
+def test_controller_asked_only_where_an_mi_ended_answers_as_the_per_link_select():
+    # ``sim.compact.on_interval_where``: the flows whose MI ended are gathered across the batch
+    # and asked in chunks; every other flow keeps its state and decision, exactly.
+    from ccjax.sim.compact import on_interval_where
+    from ccjax.sim.stats import MIAccum, finalize
+
+    ctl = get_controller("cubic")
+    B, F = 3, 4
+    p = jax.tree.map(lambda x: jnp.broadcast_to(x, (B,) + x.shape), ctl.default_params(F))
+    base = jnp.linspace(0.02, 0.1, B * F).reshape(B, F)
+    cc, dec = jax.vmap(ctl.init)(p, base)
+    rng = np.random.default_rng(0)
+    acc = jax.tree.map(lambda z: jnp.broadcast_to(z, (B,) + z.shape), MIAccum.zeros(F, 8))
+    acc = acc.replace(ticks=jnp.full((B, F), 10.0),
+                      acked=jnp.asarray(rng.uniform(0, 3e4, (B, F)), jnp.float32),
+                      lost=jnp.asarray(rng.choice([0.0, 1500.0], (B, F)), jnp.float32),
+                      sent=jnp.full((B, F), 3e4), rtt_w=jnp.ones((B, F)),
+                      rtt_sum=base * 1.2, rtt_min=base * 1.1, rtt_max=base * 1.3,
+                      srtt_min=base * 1.2)
+    stats = jax.vmap(lambda m, b: finalize(m, 1e-3, b, b * 1.2, b, jnp.full(F, 1.5e4),
+                                           jnp.full(F, 1.5e4)))(acc, base)
+    done = jnp.asarray(rng.uniform(size=(B, F)) < 0.5)
+    assert 0 < int(done.sum()) < B * F
+
+    new_cc, new_dec = jax.vmap(ctl.on_interval)(cc, stats, p)
+    pick = lambda n, o: jnp.where(done.reshape(done.shape + (1,) * (n.ndim - 2)), n, o)  # noqa: E731
+    want = (jax.tree.map(pick, new_cc, cc), jax.tree.map(pick, new_dec, dec))
+    assert not all(bool(jnp.array_equal(a, b)) for a, b in
+                   zip(jax.tree.leaves(want), jax.tree.leaves((cc, dec)), strict=True))
+    for chunk in (1, 3, 5, None):  # several chunks, a last one half padding, one for all
+        got = jax.jit(lambda c, s, q, d, m, n=chunk: on_interval_where(ctl, c, s, q, d, m, n))(
+            cc, stats, p, dec, done)
+        for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("cc", ["newreno", "vegas", "mix"])
+def test_runs_asking_only_flows_whose_mi_ended_are_the_runs_asking_every_flow(cc, monkeypatch):
+    # The batch driver (``sim.run``) asks a per-flow controller only for the flows whose MI
+    # ended (``sim.compact``); ``core.tick`` asks every flow and selects. Same run, bit for bit,
+    # also when a tick's flows take several chunks.
+    import importlib
+
+    compact = importlib.import_module("ccjax.sim.compact")
+    sim_run = importlib.import_module("ccjax.sim.run")
+    links = [link_from_flags(flows=2, bw_mbps=10.0, rtt_ms=(20.0, 60.0), buffer_pkts=25,
+                             loss=0.01),
+             link_from_flags(flows=3, bw_mbps=20.0, rtt_ms=(40.0,), buffer_pkts=40)]
+    names = ["cubic", "newreno", "bbr"] if cc == "mix" else cc
+
+    def go():
+        r = simulate(links, cc=names, duration_s=3.0, model="packet",
+                     window_sender="ack-clocked", retx_loss=True, seed=5)
+        return [r.summary(i) for i in range(2)], r.state.mi_count
+
+    assert sim_run.is_per_flow(get_controller("newreno"))
+    monkeypatch.setattr(compact, "chunk_size", lambda n: 1)
+    a, mi_a = go()
+    monkeypatch.setattr(sim_run, "is_per_flow", lambda c: False)
+    b, mi_b = go()
+    np.testing.assert_array_equal(np.asarray(mi_a), np.asarray(mi_b))
+    assert int(np.asarray(mi_a).min()) > 10  # MIs ended, so the controller was asked
+    for sa, sb in zip(a, b, strict=True):
+        sa["sim"].pop("wall_s"), sa["sim"].pop("compile_s")
+        sb["sim"].pop("wall_s"), sb["sim"].pop("compile_s")
+        assert sa == sb

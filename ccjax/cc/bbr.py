@@ -83,7 +83,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -194,6 +194,8 @@ def _gain_of(cycle_idx: jnp.ndarray) -> jnp.ndarray:
 @dataclass(frozen=True)
 class BBR:
     name: str = "bbr"
+    #: on_interval is elementwise over flows (``sim.compact``)
+    per_flow: ClassVar[bool] = True
 
     def default_params(self, n_flows: int) -> BBRParams:
         full = lambda v, dt=jnp.float32: jnp.full(n_flows, v, dt)  # noqa: E731

@@ -55,7 +55,7 @@ No NaN or inf from any input: an MI without RTT samples keeps the last RTTstandi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import jax.numpy as jnp
 from flax import struct
@@ -107,6 +107,8 @@ def copa_increase(cwnd: jnp.ndarray, rtt_standing: jnp.ndarray, rtt_min: jnp.nda
 @dataclass(frozen=True)
 class Copa:
     name: str = "copa"
+    #: on_interval is elementwise over flows (``sim.compact``)
+    per_flow: ClassVar[bool] = True
 
     def default_params(self, n_flows: int) -> CopaParams:
         full = lambda v: jnp.full(n_flows, v, jnp.float32)  # noqa: E731

@@ -46,7 +46,7 @@ Windows are kept in bytes (what the simulator enforces) and converted to packets
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import jax.numpy as jnp
 from flax import struct
@@ -122,6 +122,8 @@ def cubic_k(w_max: jnp.ndarray, cwnd_epoch: jnp.ndarray, c: jnp.ndarray) -> jnp.
 @dataclass(frozen=True)
 class Cubic:
     name: str = "cubic"
+    #: on_interval is elementwise over flows (``sim.compact``)
+    per_flow: ClassVar[bool] = True
 
     def default_params(self, n_flows: int) -> CubicParams:
         full = lambda v, dt=jnp.float32: jnp.full(n_flows, v, dt)  # noqa: E731

@@ -31,6 +31,11 @@ class Mix:
     controllers: tuple[Controller, ...]
     name: str = field(default="mix")
 
+    @property
+    def per_flow(self) -> bool:
+        """Elementwise over flows when every member is (``sim.compact``)."""
+        return all(getattr(c, "per_flow", False) for c in self.controllers)
+
     def default_params(self, n_flows: int) -> MixParams:
         return MixParams(index=jnp.zeros(n_flows, jnp.int32),
                          members=tuple(c.default_params(n_flows) for c in self.controllers))

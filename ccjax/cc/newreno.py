@@ -54,7 +54,7 @@ about two hours, plenty for RTT-scale decisions.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import jax.numpy as jnp
 from flax import struct
@@ -285,6 +285,8 @@ class NewRenoState(struct.PyTreeNode):
 @dataclass(frozen=True)
 class NewReno:
     name: str = "newreno"
+    #: on_interval is elementwise over flows (``sim.compact``)
+    per_flow: ClassVar[bool] = True
 
     def default_params(self, n_flows: int) -> NewRenoParams:
         full = lambda v: jnp.full(n_flows, v, jnp.float32)  # noqa: E731

@@ -87,7 +87,7 @@ Windows are in bytes (what the simulator enforces), thresholds in packets of ``M
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import jax.numpy as jnp
 from flax import struct
@@ -150,6 +150,8 @@ def vegas_diff(cwnd_pkts: jnp.ndarray, base_rtt: jnp.ndarray, rtt: jnp.ndarray) 
 @dataclass(frozen=True)
 class Vegas:
     name: str = "vegas"
+    #: on_interval is elementwise over flows (``sim.compact``)
+    per_flow: ClassVar[bool] = True
 
     def default_params(self, n_flows: int) -> VegasParams:
         full = lambda v: jnp.full(n_flows, v, jnp.float32)  # noqa: E731

@@ -68,7 +68,7 @@ as PCC derives its initial rate from the initial window.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import jax.numpy as jnp
 from flax import struct
@@ -181,6 +181,8 @@ def amplifier(tau: jnp.ndarray) -> jnp.ndarray:
 @dataclass(frozen=True)
 class Vivace:
     name: str = "vivace"
+    #: on_interval is elementwise over flows (``sim.compact``)
+    per_flow: ClassVar[bool] = True
 
     def default_params(self, n_flows: int) -> VivaceParams:
         full = lambda v: jnp.full(n_flows, v, jnp.float32)  # noqa: E731

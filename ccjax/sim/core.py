@@ -26,7 +26,7 @@ elementwise operations on ``(F,)`` arrays plus one scatter of ``F`` values and o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -241,11 +241,24 @@ def _spread_group(cfg: SimConfig, link: LinkParams, t: jnp.ndarray, c0: jnp.ndar
     return rows, slots % cfg.queue_horizon
 
 
+class Pending(NamedTuple):
+    """A tick up to its MI boundary (``tick_begin``): ``state`` is the next state with the
+    controller's fields (``cc``, ``decision``, ``last``, ``mi_len``, ``gain``) still the old ones
+    and ``mi`` the MI's accumulators including this tick; ``state.mi_done`` says which flows'
+    MIs end now and ``stats`` are those MIs' statistics (every flow's, for the controller)."""
+
+    state: SimState
+    stats: MIStats
+    reports: jnp.ndarray  # (F,) bytes the ending MI had reported (acked + lost), this tick's too
+    flight: jnp.ndarray  # (F,) bytes in flight as the sender knows them after this tick
+
+
 def tick(
     cfg: SimConfig, controller: Controller, link: LinkParams, cc_params: Any, s: SimState,
     t: jnp.ndarray | None = None, live: jnp.ndarray | None = None,
 ) -> SimState:
-    """Advance one link by one tick.
+    """Advance one link by one tick: ``tick_begin``, the controller's ``on_interval`` for every
+    flow, ``tick_end`` (which keeps its answer only for the flows whose MI ended).
 
     ``live`` (a bool) makes the tick conditional: where it is false the state comes back
     unchanged. Drivers that vmap a loop in which links stop at different ticks (the RL
@@ -257,6 +270,14 @@ def tick(
     passes the (common) tick unbatched, so the delay lines are read and written with a plain
     dynamic slice rather than a per-link gather/scatter. It must equal ``s.t``.
     """
+    p = tick_begin(cfg, link, s, t, live)
+    new_cc, new_dec = controller.on_interval(p.state.cc, p.stats, cc_params)
+    return tick_end(cfg, s, p, new_cc, new_dec, live)
+
+
+def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | None = None,
+               live: jnp.ndarray | None = None) -> Pending:
+    """Everything of ``tick`` before the controller is asked (see there for ``t``, ``live``)."""
     dt = cfg.tick_s
     t = s.t if t is None else t
     tf = t.astype(jnp.float32)
@@ -453,35 +474,48 @@ def tick(
     # Bytes in flight as the sender knows them: a difference of three float32 running sums, so
     # when everything sent is resolved it can come out a rounding error below zero (seen: -0.004
     # bytes after 30 ms of a 2 Mbps flow); zero is the exact value then.
-    stats = finalize(mi, dt, base, srtt, min_rtt, cwnd, jnp.maximum(sent - acked - lost, 0.0))
-    new_cc, new_dec = controller.on_interval(s.cc, stats, cc_params)
+    flight = jnp.maximum(sent - acked - lost, 0.0)
+    stats = finalize(mi, dt, base, srtt, min_rtt, cwnd, flight)
+    new = SimState(
+        t=t + 1, key=key, queue=queue, work=work, qline=qline, aline=aline, stuck=stuck,
+        credit=credit,
+        srtt=srtt, min_rtt=min_rtt, sent=sent, acked=acked, lost=lost, decision=dec,
+        cc=s.cc, mi=mi, mi_len=s.mi_len, mi_count=s.mi_count + done.astype(jnp.int32),
+        mi_done=done, last=s.last, tot=tot, gain=s.gain,
+    )
+    return Pending(state=new, stats=stats, reports=m.acked + m.lost + ack_b + lost_b,
+                   flight=flight)
+
+
+def tick_end(cfg: SimConfig, s: SimState, p: Pending, new_cc: Any, new_dec: Decision,
+             live: jnp.ndarray | None = None) -> SimState:
+    """The rest of ``tick`` from the controller's answer ``(new_cc, new_dec)`` to ``p.stats``
+    (``s`` is the state the tick began from): the flows whose MI ended (``p.state.mi_done``)
+    take it, latch their stats and start a new MI; the others keep their controller state."""
+    part = p.state
+    done = part.mi_done
     pick = lambda new, old: jnp.where(  # noqa: E731
         done.reshape(done.shape + (1,) * (new.ndim - 1)), new, old)
-    cc_state = jax.tree.map(pick, new_cc, s.cc)
-    decision = jax.tree.map(pick, new_dec, dec)
-    last = jax.tree.map(pick, stats, s.last)
-    mi = jax.tree.map(pick, MIAccum.zeros(cfg.n_flows, cfg.rtt_bins), mi)
-    mi_len = jnp.where(done, _mi_ticks(new_dec.mi_s, cfg), s.mi_len)
-    gain = s.gain
+    cc_state = jax.tree.map(pick, new_cc, part.cc)
+    decision = jax.tree.map(pick, new_dec, part.decision)
+    last = jax.tree.map(pick, p.stats, part.last)
+    mi = jax.tree.map(pick, MIAccum.zeros(cfg.n_flows, cfg.rtt_bins), part.mi)
+    mi_len = jnp.where(done, _mi_ticks(new_dec.mi_s, cfg), part.mi_len)
+    gain = part.gain
     if cfg.window_sender == "ack-clocked":
         # A per-ACK sender spreads its window growth over the ACKs of the next RTT (two packets
         # per ACK in slow start, 1 + MSS/cwnd in congestion avoidance). Here the window moves at
         # MI ends: the room it opens (growth, and whatever room is left) is spread over as many
         # reports as the MI just ended had, at most one extra packet per packet (RFC 3465 L = 2).
-        room_new = jnp.maximum(jnp.maximum(new_dec.cwnd, cfg.min_cwnd)
-                               - jnp.maximum(sent - acked - lost, 0.0), 0.0)
-        g = jnp.clip(room_new / jnp.maximum(m.acked + m.lost + ack_b + lost_b, PKT), 0.0, 1.0)
+        room_new = jnp.maximum(jnp.maximum(new_dec.cwnd, cfg.min_cwnd) - p.flight, 0.0)
+        g = jnp.clip(room_new / jnp.maximum(p.reports, PKT), 0.0, 1.0)
         gain = jnp.where(done, g, gain)
 
-    new = SimState(
-        t=t + 1, key=key, queue=queue, work=work, qline=qline, aline=aline, stuck=stuck,
-        credit=credit,
-        srtt=srtt, min_rtt=min_rtt, sent=sent, acked=acked, lost=lost, decision=decision,
-        cc=cc_state, mi=mi, mi_len=mi_len, mi_count=s.mi_count + done.astype(jnp.int32),
-        mi_done=done, last=last, tot=tot, gain=gain,
-    )
+    new = part.replace(cc=cc_state, decision=decision, last=last, mi=mi, mi_len=mi_len,
+                       gain=gain)
     if live is None:
         return new
+    qline, aline = new.qline, new.aline
     nil = jnp.zeros((), jnp.float32)  # the delay lines are already masked: keep them out
     keep = jax.tree.map(lambda n, o: jnp.where(live, n, o),
                         new.replace(qline=nil, aline=nil), s.replace(qline=nil, aline=nil))

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ccjax.cc.base import Controller
-from ccjax.sim.core import SimState, Totals, init_state, tick
+from ccjax.sim.compact import is_per_flow, on_interval_where
+from ccjax.sim.core import SimState, Totals, init_state, tick, tick_begin, tick_end
 from ccjax.sim.link import LinkParams, SimConfig
 from ccjax.sim.stats import hist_quantile
 from ccjax.units import PACKET_BYTES, PAYLOAD_BYTES
@@ -55,8 +56,19 @@ def _scan_ticks(cfg: SimConfig, controller: Controller, links: LinkParams, cc_pa
                 s: SimState, t0: jnp.ndarray, n: int) -> tuple[SimState, jnp.ndarray]:
     """``n`` ticks of a batch of links: a scan over time of a vmap over links, with the common
     tick index carried unbatched (see ``core.tick``)."""
-    step = jax.vmap(lambda lk, p, st, t: tick(cfg, controller, lk, p, st, t),
-                    in_axes=(0, 0, 0, None))
+    if is_per_flow(controller):
+        # the controller asked only for the flows whose MI ended (``sim.compact``)
+        begin = jax.vmap(lambda lk, st, t: tick_begin(cfg, lk, st, t), in_axes=(0, 0, None))
+        end = jax.vmap(lambda st, p, c, d: tick_end(cfg, st, p, c, d))
+
+        def step(lk, prm, st, t):
+            p = begin(lk, st, t)
+            new_cc, new_dec = on_interval_where(controller, p.state.cc, p.stats, prm,
+                                                p.state.decision, p.state.mi_done)
+            return end(st, p, new_cc, new_dec)
+    else:
+        step = jax.vmap(lambda lk, p, st, t: tick(cfg, controller, lk, p, st, t),
+                        in_axes=(0, 0, 0, None))
 
     def body(carry, _):
         st, t = carry
@@ -66,11 +78,14 @@ def _scan_ticks(cfg: SimConfig, controller: Controller, links: LinkParams, cc_pa
     return s, t
 
 
-def make_runner(cfg: SimConfig, controller: Controller, timeline: Timeline):
+def make_runner(cfg: SimConfig, controller: Controller, timeline: Timeline, mesh: Any = None):
     """A jitted ``run(links, cc_params, keys) -> (final_state, series)`` over a batch of links.
 
     ``series`` is a ``Totals`` with a leading (links, intervals) shape plus the queue at each
-    interval's end (``queue_end``).
+    interval's end (``queue_end``). With a ``mesh`` (``devices.batch_mesh``: the batch split
+    over its ``links`` axis, as ``devices.shard_batch`` places it) each device runs its own
+    links as a program of its own (``shard_map``): links never interact, and a step that looks
+    across the batch (``sim.compact``) then stays on its device.
     """
     zeros = Totals.zeros(cfg.n_flows, cfg.rtt_bins)
 
@@ -99,6 +114,13 @@ def make_runner(cfg: SimConfig, controller: Controller, timeline: Timeline):
         # scans stack intervals first; the public layout is (links, intervals, ...)
         return carry[0], jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), tot), qend.T
 
+    if mesh is not None:
+        from jax.sharding import PartitionSpec
+
+        spec = PartitionSpec("links")
+        # (check_vma off: the carries start from constants, which it would ask to mark varying)
+        run_batch = jax.shard_map(run_batch, mesh=mesh, in_specs=spec, out_specs=spec,
+                                  check_vma=False)
     return jax.jit(run_batch)
 
 
@@ -140,10 +162,17 @@ class FoldedSwitches:
     def name(self) -> str:
         return self.inner.name
 
-    def full(self, dyn: tuple) -> Any:
+    @property
+    def per_flow(self) -> bool:
+        return is_per_flow(self.inner)
+
+    def full(self, dyn: tuple, n: int | None = None) -> Any:
+        """The full parameters; ``n`` replaces the leading (flow) axis of the frozen leaves,
+        for a call on ``n`` flows gathered from the batch (``sim.compact``)."""
         leaves = list(dyn)
         for i, value, shape in self.frozen:
-            leaves.insert(i, jnp.full(shape, value, bool))
+            s = shape if n is None or not shape else (n,) + shape[1:]
+            leaves.insert(i, jnp.full(s, value, bool))
         return jax.tree.unflatten(self.treedef, leaves)
 
     def default_params(self, n_flows: int) -> Any:
@@ -153,7 +182,8 @@ class FoldedSwitches:
         return self.inner.init(self.full(params), base_rtt_s)
 
     def on_interval(self, state: Any, stats: Any, params: tuple):
-        return self.inner.on_interval(state, stats, self.full(params))
+        n = jax.tree.leaves(stats)[0].shape[0]
+        return self.inner.on_interval(state, stats, self.full(params, n))
 
 
 def fold_switches(controller: Controller, cc_params: Any) -> tuple[Controller, Any]:
@@ -177,12 +207,12 @@ def run(cfg: SimConfig, controller: Controller, links: LinkParams, cc_params: An
     """Compile (timed separately) and run a batch of links; block until done. The batch is
     split across all local devices when it divides evenly (``ccjax.devices``). Boolean
     controller parameters with one value over the batch are compiled in (``fold_switches``)."""
-    from ccjax.devices import shard_batch
+    from ccjax.devices import batch_mesh, shard_batch
 
     B = int(links.buffer_bytes.shape[0])
     controller, cc_params = fold_switches(controller, cc_params)
     links, cc_params, keys = shard_batch((links, cc_params, keys), B)
-    fn = make_runner(cfg, controller, timeline)
+    fn = make_runner(cfg, controller, timeline, batch_mesh(B))
     t0 = time.perf_counter()
     compiled = fn.lower(links, cc_params, keys).compile()
     t1 = time.perf_counter()
