@@ -20,6 +20,11 @@ Per tick ``t`` of a link:
 6. per-flow MI statistics accumulate; a flow whose MI has ended hands its ``MIStats`` to its
    controller, which sets the rate/window and the next MI's length.
 
+``tick`` does 1-5 and the MI statistics in ``tick_begin``, then asks the controller for every
+flow and keeps the answers where an MI ended (``tick_end``). The batch driver (``sim.run``) calls
+the two halves itself and, on the CPU, asks a per-flow controller only for the flows whose MI
+ended (``sim.compact``); the results are the same.
+
 Both delay lines are ring buffers written at a common index, so the per-tick work is a few
 elementwise operations on ``(F,)`` arrays plus one scatter of ``F`` values and one gather.
 """
