@@ -257,7 +257,7 @@ def test_switches_uniform_over_the_batch_are_compiled_in_with_the_same_run(cc, m
 def test_controller_asked_only_where_an_mi_ended_answers_as_the_per_link_select():
     # ``sim.compact.on_interval_where``: the flows whose MI ended are gathered across the batch
     # and asked in chunks; every other flow keeps its state and decision, exactly.
-    from ccjax.sim.compact import on_interval_where
+    from ccjax.sim.compact import chunk_size, on_interval_where
     from ccjax.sim.stats import MIAccum, finalize
 
     ctl = get_controller("cubic")
@@ -283,6 +283,7 @@ def test_controller_asked_only_where_an_mi_ended_answers_as_the_per_link_select(
     want = (jax.tree.map(pick, new_cc, cc), jax.tree.map(pick, new_dec, dec))
     assert not all(bool(jnp.array_equal(a, b)) for a, b in
                    zip(jax.tree.leaves(want), jax.tree.leaves((cc, dec)), strict=True))
+    assert [chunk_size(n) for n in (1, 3, 12, 4096)] == [1, 3, 8, 512]  # never past the batch
     for chunk in (1, 3, 5, None):  # several chunks, a last one half padding, one for all
         got = jax.jit(lambda c, s, q, d, m, n=chunk: on_interval_where(ctl, c, s, q, d, m, n))(
             cc, stats, p, dec, done)

@@ -46,12 +46,13 @@ def pays_off(controller: Controller) -> bool:
 
 
 def chunk_size(n_flows_total: int) -> int:
-    """Flows per ``on_interval`` call: an eighth of the batch's flow slots (at least 8).
+    """Flows per ``on_interval`` call: an eighth of the batch's flow slots, at least 8 (or all
+    of them, where there are fewer).
 
     With quarter-RTT MIs at 20-100 ms RTTs a tenth to a twentieth of the flows end an MI in a
     tick, so one chunk usually holds them all; a tick where more end (slow start's shorter MIs,
     flows starting together) takes several chunks, never a wrong answer."""
-    return max(8, min(n_flows_total, math.ceil(n_flows_total / 8)))
+    return max(1, min(n_flows_total, max(8, math.ceil(n_flows_total / 8))))
 
 
 def _leading(tree: Any, shape: tuple[int, ...]) -> bool:
