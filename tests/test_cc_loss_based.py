@@ -36,6 +36,31 @@ def pkts(x) -> float:
 # NewReno (RFC 5681, RFC 6582)
 
 
+def test_a_loss_is_a_new_episode_by_where_the_lost_packet_lies_in_the_stream():
+    # RFC 6582's recover point: with the simulator's stream positions (``MIStats.lost_seq``,
+    # ``sent_pkts``), a loss of a packet sent before the last reduction is that episode's tail
+    # however many ACKs came first, and one sent after it is a new episode even while packets
+    # of the old flight are still being reported.
+    c = NewReno()
+    p = c.default_params(1)
+    s, _ = c.init(p, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 40 * MSS))
+    f = lambda v: jnp.full(1, v, jnp.float32)  # noqa: E731
+    at = lambda st, seq, sent: st.replace(lost_seq=f(seq), sent_pkts=f(sent))  # noqa: E731
+    s, d = c.on_interval(s, at(mi(acked_pkts=37, lost_pkts=3, inflight_pkts=40), 30, 100), p)
+    assert pkts(d.cwnd) == pytest.approx(20.0) and float(s.ep.recover[0]) == 100.0
+    # 60 packets acked (more than the 40 of the old flight), then a lost packet sent at 95
+    s, d = c.on_interval(s, at(mi(acked_pkts=60, inflight_pkts=20), 0, 120), p)
+    s, d = c.on_interval(s, at(mi(acked_pkts=19, lost_pkts=1, inflight_pkts=20), 95, 140), p)
+    assert float(s.ep.recoveries[0]) == 1.0 and pkts(d.cwnd) >= 20.0  # the old episode's tail
+    # a packet sent at 101 is lost while the old flight is still being reported
+    s2, _ = c.init(p, jnp.full(1, RTT))
+    s2 = s2.replace(cwnd=jnp.full(1, 40 * MSS))
+    s2, _ = c.on_interval(s2, at(mi(acked_pkts=37, lost_pkts=3, inflight_pkts=40), 30, 100), p)
+    s2, d2 = c.on_interval(s2, at(mi(acked_pkts=9, lost_pkts=1, inflight_pkts=30), 101, 110), p)
+    assert float(s2.ep.recoveries[0]) == 2.0 and pkts(d2.cwnd) == pytest.approx(15.0, rel=0.05)
+
+
 def test_newreno_slow_start_doubles_per_rtt():
     c = NewReno()
     p = c.default_params(1)

@@ -44,7 +44,7 @@ from ccjax.sim.stats import MIAccum, MIStats, finalize, hist_add
 from ccjax.units import PACKET_BYTES as PKT
 
 #: fields of both delay lines: admitted/delivered bytes, loss notifications, bytes x qdelay
-_NFIELD = 3
+_NFIELD = 4
 
 
 class Totals(struct.PyTreeNode):
@@ -175,7 +175,7 @@ def _first_windows_together(bursts: jnp.ndarray, offered: jnp.ndarray, link: Lin
 
 def _spread_group(cfg: SimConfig, link: LinkParams, t: jnp.ndarray, c0: jnp.ndarray,
                   qtot: jnp.ndarray, admit: jnp.ndarray, dropped: jnp.ndarray, x: jnp.ndarray,
-                  dep: jnp.ndarray, first_flow: jnp.ndarray,
+                  dep: jnp.ndarray, first_flow: jnp.ndarray, seq: jnp.ndarray,
                   mixed: jnp.ndarray | None = None) -> tuple[jnp.ndarray, jnp.ndarray]:
     """The queue-line rows of one tick's admitted group when it is delivered as served.
 
@@ -242,7 +242,8 @@ def _spread_group(cfg: SimConfig, link: LinkParams, t: jnp.ndarray, c0: jnp.ndar
     delay = delay.at[K - 1].set(jnp.maximum(x - tf1, 0.0))
     slots = u.at[K - 1].set(dep)
     zeros = jnp.zeros((K, F))
-    rows = jnp.stack([part, zeros.at[K - 1].set(dropped), part * delay], -1)
+    rows = jnp.stack([part, zeros.at[K - 1].set(dropped), part * delay,
+                      zeros.at[K - 1].set(dropped * seq)], -1)
     return rows, slots % cfg.queue_horizon
 
 
@@ -390,7 +391,10 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     qdelay = jnp.maximum(x - (tf + 1.0), 0.0)
     dep = jnp.maximum(jnp.ceil(x).astype(jnp.int32) - 1, t)
     fits = (dep - t) < cfg.queue_horizon
-    group = jnp.stack([admit, dropped, admit * qdelay], -1)
+    # where the dropped bytes lie in the flow's stream: its packets sent up to this tick (the
+    # drops are this tick's last packets); a loss report carries it (RFC 6582's "recover")
+    seq = (s.sent + send) / PKT
+    group = jnp.stack([admit, dropped, admit * qdelay, dropped * seq], -1)
     write = fits if live is None else fits & live
     # The slot read (and so delivered) last tick is cleared now rather than right after its
     # read: XLA updates a line in place only if it is never read and then written in the same
@@ -403,7 +407,7 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         mixed = (_first_windows_together(bursts, offered, link, s.sent)
                  if cfg.model == "packet" else None)
         rows, idx = _spread_group(cfg, link, t, c0, qtot, admit, dropped, x, dep, first_flow,
-                                  mixed)
+                                  seq, mixed)
         qline = qline.at[idx].add(jnp.where(write, rows, 0.0))
     else:
         qline = qline.at[dep % cfg.queue_horizon].add(jnp.where(write, group, 0.0))
@@ -420,6 +424,8 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         aline, ((t - link.rtt_ticks) % cfg.ack_horizon)[None, :, None], axis=0)[0]
     # Slots older than the flow's RTT were zero at start, so early reads return no feedback.
     ack_b, lost_b, qd_b = fb[:, 0], fb[:, 1], fb[:, 2]
+    # the stream position (packets) of this tick's reported losses, on average
+    lost_seq = jnp.where(lost_b > 0, fb[:, 3] / jnp.maximum(lost_b, 1e-30), 0.0)
     has = ack_b > 0
     qd = qd_b / jnp.maximum(ack_b, 1e-30)  # ticks, byte-weighted over this tick's ACKs
     base = base_rtt_s(link, cfg)
@@ -459,7 +465,7 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         h1_w=m.h1_w + jnp.where(first, w, 0.0), h1_sum=m.h1_sum + jnp.where(first, w * rtt, 0.0),
         h2_w=m.h2_w + jnp.where(first, 0.0, w), h2_sum=m.h2_sum + jnp.where(first, 0.0, w * rtt),
         hist=hist_add(m.hist, qd, w), qmax=jnp.where(has, jnp.maximum(m.qmax, qd), m.qmax),
-        retx_lost=m.retx_lost + retx_lost,
+        retx_lost=m.retx_lost + retx_lost, lost_seq=jnp.maximum(m.lost_seq, lost_seq),
     )
     T = s.tot
     tot = Totals(
@@ -480,7 +486,7 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     # when everything sent is resolved it can come out a rounding error below zero (seen: -0.004
     # bytes after 30 ms of a 2 Mbps flow); zero is the exact value then.
     flight = jnp.maximum(sent - acked - lost, 0.0)
-    stats = finalize(mi, dt, base, srtt, min_rtt, cwnd, flight)
+    stats = finalize(mi, dt, base, srtt, min_rtt, cwnd, flight, sent / PKT)
     new = SimState(
         t=t + 1, key=key, queue=queue, work=work, qline=qline, aline=aline, stuck=stuck,
         credit=credit,

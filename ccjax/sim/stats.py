@@ -83,6 +83,7 @@ class MIAccum(struct.PyTreeNode):
     hist: jnp.ndarray  # (F, bins) bytes per queueing-delay bin
     qmax: jnp.ndarray  # max queueing delay (ticks)
     retx_lost: jnp.ndarray  # bytes of this MI's loss reports whose retransmission was lost too
+    lost_seq: jnp.ndarray  # latest stream position (packets sent) among this MI's lost packets
 
     @classmethod
     def zeros(cls, F: int, bins: int) -> MIAccum:
@@ -91,7 +92,7 @@ class MIAccum(struct.PyTreeNode):
                    rtt_min=jnp.full(F, jnp.inf, jnp.float32), rtt_max=z,
                    srtt_min=jnp.full(F, jnp.inf, jnp.float32), h1_w=z, h1_sum=z,
                    h2_w=z, h2_sum=z, hist=jnp.zeros((F, bins), jnp.float32), qmax=z,
-                   retx_lost=z)
+                   retx_lost=z, lost_seq=z)
 
 
 class MIStats(struct.PyTreeNode):
@@ -128,6 +129,10 @@ class MIStats(struct.PyTreeNode):
     #: bytes among ``lost_bytes`` whose retransmission was lost as well (``SimConfig.retx_loss``;
     #: always 0 without it)
     retx_lost_bytes: jnp.ndarray
+    #: where the MI's latest lost packet lies in the flow's stream: the packets the flow had sent
+    #: when it was sent (0 without a loss); with ``sent_pkts``, RFC 6582's recovery point
+    lost_seq: jnp.ndarray
+    sent_pkts: jnp.ndarray  # packets the flow has sent so far
     tick_s: float = struct.field(pytree_node=False, default=1e-3)
 
     def rtt_quantile(self, q: float) -> jnp.ndarray:
@@ -151,11 +156,12 @@ class MIStats(struct.PyTreeNode):
                    delivery_rate=z, loss_rate=z, cwnd=z, inflight=z, srtt=rtt_s, srtt_min=rtt_s,
                    min_rtt=rtt_s,
                    base_rtt=rtt_s, qdelay_hist=jnp.zeros((F, bins), jnp.float32),
-                   qdelay_max=z, retx_lost_bytes=z, tick_s=tick_s)
+                   qdelay_max=z, retx_lost_bytes=z, lost_seq=z, sent_pkts=z, tick_s=tick_s)
 
 
 def finalize(acc: MIAccum, tick_s: float, base_rtt_s: jnp.ndarray, srtt: jnp.ndarray,
-             min_rtt: jnp.ndarray, cwnd: jnp.ndarray, inflight: jnp.ndarray) -> MIStats:
+             min_rtt: jnp.ndarray, cwnd: jnp.ndarray, inflight: jnp.ndarray,
+             sent_pkts: jnp.ndarray | None = None) -> MIStats:
     dur = jnp.maximum(acc.ticks, 1.0) * tick_s
     has = acc.rtt_w > 0
     mean = jnp.where(has, acc.rtt_sum / jnp.maximum(acc.rtt_w, 1e-30), srtt)
@@ -173,5 +179,6 @@ def finalize(acc: MIAccum, tick_s: float, base_rtt_s: jnp.ndarray, srtt: jnp.nda
         srtt_min=jnp.where(has, acc.srtt_min, srtt), min_rtt=min_rtt,
         base_rtt=base_rtt_s,
         qdelay_hist=acc.hist, qdelay_max=acc.qmax, retx_lost_bytes=acc.retx_lost,
+        lost_seq=acc.lost_seq, sent_pkts=jnp.zeros_like(dur) if sent_pkts is None else sent_pkts,
         tick_s=tick_s,
     )
