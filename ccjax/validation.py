@@ -527,7 +527,8 @@ def distance(rows: Iterable[Comparison]) -> float:
     every tolerance adds at most 1. Unlike the count of scenarios within tolerance it moves
     with every scenario, not only with those near a tolerance's edge, so it tells a change to the
     model from seed noise better (over the full matrix, eight ccjax seeds: 112.6 with seeds 1
-    to 8, 113.2 with 9 to 16, measured 2026-11-25 in the ninth session)."""
+    to 8, 113.2 with 9 to 16, measured 2026-11-25 in the ninth session; 112.4 and 109.3 with
+    the loss episodes by stream position, 2026-11-26)."""
     return float(sum(min(max(r.reach.values(), default=0.0), DISTANCE_CAP) for r in rows))
 
 
