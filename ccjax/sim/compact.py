@@ -55,7 +55,10 @@ def chunk_size(n_flows_total: int) -> int:
     return max(1, min(n_flows_total, max(8, math.ceil(n_flows_total / 8))))
 
 
-def _leading(tree: Any, shape: tuple[int, ...]) -> bool:
+def leads_with(tree: Any, shape: tuple[int, ...]) -> bool:
+    """Whether every leaf of ``tree`` leads with ``shape`` (links, flows): what
+    ``on_interval_where`` needs of the controller's state, parameters and decision. A
+    controller with a per-link parameter (no flow axis) keeps the per-link select."""
     return all(x.shape[:len(shape)] == shape for x in jax.tree.leaves(tree))
 
 
@@ -64,18 +67,8 @@ def on_interval_where(controller: Controller, cc: Any, stats: Any, params: Any,
                       ) -> tuple[Any, Decision]:
     """``controller.on_interval(cc, stats, params)`` where ``done``, ``(cc, dec)`` elsewhere.
 
-    Every leaf leads with ``done``'s shape (links, flows). Where a leaf does not (a controller
-    with per-link parameters), every flow is evaluated and the answers selected instead."""
+    Every leaf leads with ``done``'s shape (links, flows) (``leads_with``)."""
     shape = done.shape
-    pick = lambda new, old: jnp.where(  # noqa: E731
-        done.reshape(done.shape + (1,) * (new.ndim - done.ndim)), new, old)
-    if not (is_per_flow(controller) and _leading((cc, stats, params, dec), shape)):
-        call = controller.on_interval
-        for _ in shape:
-            call = jax.vmap(call)
-        new_cc, new_dec = call(cc, stats, params)
-        return jax.tree.map(pick, new_cc, cc), jax.tree.map(pick, new_dec, dec)
-
     n = math.prod(shape)
     size = chunk or chunk_size(n)
     flat = lambda x: x.reshape((n,) + x.shape[len(shape):])  # noqa: E731

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ccjax.cc.base import Controller
-from ccjax.sim.compact import is_per_flow, on_interval_where, pays_off
+from ccjax.sim.compact import is_per_flow, leads_with, on_interval_where, pays_off
 from ccjax.sim.core import SimState, Totals, init_state, tick, tick_begin, tick_end
 from ccjax.sim.link import LinkParams, SimConfig
 from ccjax.sim.stats import hist_quantile
@@ -56,7 +56,7 @@ def _scan_ticks(cfg: SimConfig, controller: Controller, links: LinkParams, cc_pa
                 s: SimState, t0: jnp.ndarray, n: int) -> tuple[SimState, jnp.ndarray]:
     """``n`` ticks of a batch of links: a scan over time of a vmap over links, with the common
     tick index carried unbatched (see ``core.tick``)."""
-    if pays_off(controller):
+    if pays_off(controller) and leads_with((s.cc, s.decision, cc_params), s.mi_done.shape):
         # the controller asked only for the flows whose MI ended (``sim.compact``)
         begin = jax.vmap(lambda lk, st, t: tick_begin(cfg, lk, st, t), in_axes=(0, 0, None))
         end = jax.vmap(lambda st, p, c, d: tick_end(cfg, st, p, c, d))
