@@ -154,6 +154,120 @@ def cmd_simulate(args) -> int:
     return 0
 
 
+def _seed_list(text: str) -> list[int]:
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or min(seeds) < 1 or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(
+            f"ns3_seeds={text!r} is invalid: distinct integers >= 1, comma-separated")
+    return seeds
+
+
+def _add_validate(sub) -> None:
+    p = sub.add_parser(
+        "validate", help="run one dumbbell in ns-3 and in ccjax and check the two agree",
+        description="Run one dumbbell of your own in ns-3.37 (sims/ns3/dumbbell.cc; needs "
+        "libns3-dev) with each of --ns3-seeds and in ccjax with --ccjax-seeds, as "
+        "docs/validation.md does (ccjax in ns-3's arithmetic, ACK-clocked, lost "
+        "retransmissions on), and compare them with the tolerances of the validation: "
+        "utilization within 0.03, mean queueing delay within 15 %% or 3 ms, loss rate within a "
+        "factor of 2 where ns-3's exceeds 0.1 %%, Jain's index within 0.05, the direction of "
+        "RTT unfairness; each widened to ns-3's own seed-to-seed spread where that is larger. "
+        "Exit status 0 when every check holds, 1 when one does not.")
+    p.add_argument("--cc", default="cubic", help="newreno, cubic or vegas, for every flow "
+                   "(default cubic)")
+    p.add_argument("--flows", type=int, default=1, help="number of flows (default 1)")
+    p.add_argument("--bw-mbps", type=float, default=10.0,
+                   help="bottleneck Mbps of IP bytes (default 10)")
+    p.add_argument("--rtt-ms", type=_floats("rtt_ms"), default=[40.0],
+                   help="base (propagation) RTT, one or one per flow (default 40)")
+    p.add_argument("--buffer-bdp", type=float, default=1.0, help="drop-tail buffer in "
+                   "bandwidth-delay products of the largest RTT (default 1)")
+    p.add_argument("--loss", type=float, default=0.0,
+                   help="random loss probability of data packets (default 0)")
+    p.add_argument("--duration-s", type=float, default=30.0,
+                   help="simulated seconds (default 30)")
+    p.add_argument("--ns3-seeds", type=_seed_list, default=[1, 2],
+                   help="ns-3's seeds, comma-separated: their mean is the reference and their "
+                   "spread widens the tolerances (default 1,2)")
+    p.add_argument("--ccjax-seeds", type=int, default=8,
+                   help="ccjax seeds averaged, run as one batch (default 8)")
+    p.add_argument("--model", choices=["packet", "fluid"], default="packet",
+                   help="ccjax's model (default packet, the reference for TCP)")
+    p.add_argument("--workers", type=int, default=2, help="ns-3 processes at a time (default 2)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _validate_table(c, tol: dict, args, ns3_wall: float, ccjax_wall: float) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    seeds = ", ".join(str(s) for s in args.ns3_seeds)
+    t = Table(title=f"{c.scenario.name}: ns-3.37 (seeds {seeds}) against ccjax's "
+              f"{args.model} model ({args.ccjax_seeds} seeds)", title_justify="left")
+    for col in ("check", "ns-3", "ns-3 seeds' spread", "ccjax", "tolerance", "within"):
+        t.add_column(col, justify="right")
+    far = dict(zip(c.failures(), c.how_far(), strict=True))
+
+    def verdict(k: str) -> str:
+        return "yes" if c.checks[k] else f"no: {far[k]}"
+
+    sp, a, b = c.spread, c.ns3, c.ccjax
+    t.add_row("utilization", f"{a.utilization:.3f}", f"{sp.utilization:.3f}",
+              f"{b.utilization:.3f}", f"±{tol['utilization']:.3f}", verdict("utilization"))
+    t.add_row("mean queueing delay ms", f"{a.mean_queue_delay_ms:.1f}",
+              f"{sp.mean_queue_delay_ms:.1f}", f"{b.mean_queue_delay_ms:.1f}",
+              f"±{tol['queue delay']:.1f}", verdict("queue delay"))
+    if tol["loss"] is None:
+        t.add_row("loss rate", f"{a.loss_rate:.4f}", f"{sp.loss_min:.4f}-{sp.loss_max:.4f}",
+                  f"{b.loss_rate:.4f}", "-", "not compared: ns-3's is at most 0.1 %")
+    else:
+        lo, hi = tol["loss"]
+        t.add_row("loss rate", f"{a.loss_rate:.4f}", f"{sp.loss_min:.4f}-{sp.loss_max:.4f}",
+                  f"{b.loss_rate:.4f}", f"{lo:.4f}-{hi:.4f}", verdict("loss"))
+    t.add_row("Jain's index", f"{a.jain:.3f}", f"{sp.jain:.3f}", f"{b.jain:.3f}",
+              f"±{tol['jain']:.3f}", verdict("jain"))
+    if len(set(c.scenario.rtt_ms)) > 1:
+        t.add_row("RTT unfairness", "", "", "", "same direction", verdict("rtt unfairness"))
+    con = Console(width=None if sys.stdout.isatty() else 120)
+    con.print(t)
+    con.print("shares: ns-3 " + "/".join(f"{x:.2f}" for x in a.shares) + ", ccjax "
+              + "/".join(f"{x:.2f}" for x in b.shares))
+    con.print("within every tolerance" if c.ok else "outside: " + ", ".join(c.how_far()))
+    con.print(f"ns-3 {ns3_wall:.1f} s for {len(args.ns3_seeds)} runs, ccjax {ccjax_wall:.1f} s "
+              f"for {args.ccjax_seeds} seeds (compile included)")
+
+
+def cmd_validate(args) -> int:
+    import time
+
+    from ccjax import validation as v
+    from ccjax.errors import require
+
+    sc = v.scenario_from_flags(args.cc, args.flows, args.bw_mbps, args.rtt_ms, args.buffer_bdp,
+                               args.loss, args.duration_s)
+    require(args.ccjax_seeds >= 1, "ccjax_seeds", args.ccjax_seeds, "an integer >= 1")
+    require(args.workers >= 1, "workers", args.workers, "an integer >= 1")
+    t0 = time.perf_counter()
+    (ref, spread), = v.run_ns3([sc], seeds=args.ns3_seeds, workers=args.workers)
+    t1 = time.perf_counter()
+    got, = v.run_ccjax([sc], model=args.model, seeds=range(1, args.ccjax_seeds + 1))
+    t2 = time.perf_counter()
+    c = v.compare(sc, ref, got, spread)
+    tol = v.tolerances(ref, spread)
+    if args.json:
+        rec = v.as_records([c])[0]
+        rec.update(ok=c.ok, outside=c.how_far(), tolerance=tol, model=args.model,
+                   ns3_seeds=list(args.ns3_seeds), ccjax_seeds=args.ccjax_seeds,
+                   ns3_wall_s=t1 - t0, ccjax_wall_s=t2 - t1)
+        print(json.dumps(rec))
+    else:
+        _validate_table(c, tol, args, t1 - t0, t2 - t1)
+    return 0 if c.ok else 1
+
+
 def cmd_bench_train(args) -> int:
     from ccjax.bench import bench_train
 
@@ -646,6 +760,7 @@ def build_parser() -> argparse.ArgumentParser:
                                  "simulation and learning in JAX.")
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_simulate(sub)
+    _add_validate(sub)
     b = sub.add_parser("bench", help="measure speed (compile time reported separately)")
     b.add_argument("what", help="what to benchmark: sim | train | sweep")
     b.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")],
@@ -702,6 +817,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "simulate":
             return cmd_simulate(args)
+        if args.command == "validate":
+            return cmd_validate(args)
         if args.command == "bench":
             return cmd_bench(args)
         if args.command == "scenarios":

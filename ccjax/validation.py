@@ -83,6 +83,35 @@ class Scenario:
                 f"{self.buffer_bdp:g}BDP loss{self.loss:g}")
 
 
+def scenario_from_flags(cc: str, flows: int, bw_mbps: float, rtt_ms: Sequence[float],
+                        buffer_bdp: float, loss: float, duration_s: float) -> Scenario:
+    """A dumbbell of one's own to compare (``ccjax validate``), every field checked before
+    anything runs: a one-line ``ConfigError`` naming the field and what is allowed. ``rtt_ms``:
+    one base RTT for every flow or one per flow; ``buffer_bdp``: the drop-tail buffer in
+    bandwidth-delay products of the largest RTT (at least one packet)."""
+    from ccjax.errors import require
+
+    require(cc in VALIDATED_CC, "cc", cc, f"one of {', '.join(VALIDATED_CC)} (the controllers "
+            f"ccjax runs in ns-3's arithmetic; ns-3's BBR is not a sound reference for several "
+            f"flows, see sims/ns3/README.md)")
+    require(isinstance(flows, int) and flows >= 1, "flows", flows, "an integer >= 1")
+    require(bool(np.isfinite(bw_mbps)) and bw_mbps > 0, "bw_mbps", bw_mbps, "a number > 0 Mbps")
+    rtts = [float(r) for r in rtt_ms]
+    require(len(rtts) in (1, flows), "rtt_ms", rtt_ms, f"one RTT or one per flow ({flows})")
+    for r in rtts:
+        require(bool(np.isfinite(r)) and r >= 1.0, "rtt_ms", r,
+                "a number >= 1 ms (ccjax's tick)")
+    require(bool(np.isfinite(buffer_bdp)) and buffer_bdp > 0, "buffer_bdp", buffer_bdp,
+            "a number > 0 (bandwidth-delay products of the largest RTT)")
+    require(bool(np.isfinite(loss)) and 0.0 <= loss < 1.0, "loss", loss,
+            "a probability in [0, 1)")
+    require(bool(np.isfinite(duration_s)) and duration_s >= 1.0, "duration_s", duration_s,
+            "a number >= 1 s")
+    rtts = rtts * flows if len(rtts) == 1 else rtts
+    return Scenario(cc, flows, float(bw_mbps), tuple(rtts), float(buffer_bdp), float(loss),
+                    float(duration_s))
+
+
 def _rtts(flows: int, unequal: bool) -> tuple[float, ...]:
     if not unequal or flows == 1:
         return (40.0,) * flows
@@ -485,31 +514,50 @@ def rtt_order_preserved(sc: Scenario, a: Measured, b: Measured) -> bool:
     return abs(da) < tie or (da > 0) == (db > 0)
 
 
-def compare(sc: Scenario, ref: Measured, got: Measured, spread: Spread | None = None
-            ) -> Comparison:
-    """Check ``got`` (ccjax) against ``ref`` (ns-3's seed average) with the issue's tolerances,
-    widened to ns-3's own seed-to-seed spread where that is larger: a difference ns-3 shows
-    between two of its own runs is not evidence against the model."""
+def tolerances(ref: Measured, spread: Spread | None = None) -> dict:
+    """The issue's tolerances around ns-3's seed average ``ref``, each widened to ns-3's own
+    seed-to-seed ``spread`` where that is larger: the largest allowed difference for
+    ``"utilization"``, ``"queue delay"`` (ms) and ``"jain"``; for ``"loss"`` the allowed range of
+    loss rates ``(low, high)``, or None where ns-3's loss rate is at most ``LOSS_FLOOR`` (not
+    compared)."""
     sp = spread or Spread(0.0, 0.0, 0.0)
-    qd_tol = max(TOL_QDELAY_REL * ref.mean_queue_delay_ms, TOL_QDELAY_MS, sp.mean_queue_delay_ms)
-    d_util = abs(got.utilization - ref.utilization)
-    d_qd = abs(got.mean_queue_delay_ms - ref.mean_queue_delay_ms)
-    d_jain = abs(got.jain - ref.jain)
-    util_tol, jain_tol = max(TOL_UTIL, sp.utilization), max(TOL_JAIN, sp.jain)
-    checks = {
-        "utilization": d_util <= util_tol,
-        "queue delay": d_qd <= qd_tol,
-        "jain": d_jain <= jain_tol,
-        "rtt unfairness": rtt_order_preserved(sc, ref, got),
+    out: dict = {
+        "utilization": max(TOL_UTIL, sp.utilization),
+        "queue delay": max(TOL_QDELAY_REL * ref.mean_queue_delay_ms, TOL_QDELAY_MS,
+                           sp.mean_queue_delay_ms),
+        "jain": max(TOL_JAIN, sp.jain),
+        "loss": None,
     }
-    reach = {"utilization": d_util / util_tol, "queue delay": d_qd / qd_tol,
-             "jain": d_jain / jain_tol}
     if ref.loss_rate > LOSS_FLOOR:
         # Within a factor of 2 of ns-3's seed average, or of the range its seeds span.
         r_lo = min(ref.loss_rate, sp.loss_min if spread else ref.loss_rate)
         r_hi = max(ref.loss_rate, sp.loss_max if spread else ref.loss_rate)
-        lo, hi = r_lo / TOL_LOSS_FACTOR, r_hi * TOL_LOSS_FACTOR
+        out["loss"] = (r_lo / TOL_LOSS_FACTOR, r_hi * TOL_LOSS_FACTOR)
+    return out
+
+
+def compare(sc: Scenario, ref: Measured, got: Measured, spread: Spread | None = None
+            ) -> Comparison:
+    """Check ``got`` (ccjax) against ``ref`` (ns-3's seed average) with the issue's tolerances,
+    widened to ns-3's own seed-to-seed spread where that is larger (``tolerances``): a
+    difference ns-3 shows between two of its own runs is not evidence against the model."""
+    sp = spread or Spread(0.0, 0.0, 0.0)
+    tol = tolerances(ref, spread)
+    d_util = abs(got.utilization - ref.utilization)
+    d_qd = abs(got.mean_queue_delay_ms - ref.mean_queue_delay_ms)
+    d_jain = abs(got.jain - ref.jain)
+    checks = {
+        "utilization": d_util <= tol["utilization"],
+        "queue delay": d_qd <= tol["queue delay"],
+        "jain": d_jain <= tol["jain"],
+        "rtt unfairness": rtt_order_preserved(sc, ref, got),
+    }
+    reach = {"utilization": d_util / tol["utilization"],
+             "queue delay": d_qd / tol["queue delay"], "jain": d_jain / tol["jain"]}
+    if tol["loss"] is not None:
+        lo, hi = tol["loss"]
         checks["loss"] = lo <= got.loss_rate <= hi
+        r_lo, r_hi = lo * TOL_LOSS_FACTOR, hi / TOL_LOSS_FACTOR  # ns-3's range (exact: x2)
         off = max(r_lo / max(got.loss_rate, 1e-300), got.loss_rate / r_hi, 1.0)
         reach["loss"] = float(np.log(off) / np.log(TOL_LOSS_FACTOR))
     return Comparison(sc, ref, got, checks, sp, reach)

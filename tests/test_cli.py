@@ -153,3 +153,56 @@ def test_bench_invalid(capsys):
     _one_line_error(code, err, "batches")
     code, _, err = _run(capsys, "bench", "everything")
     _one_line_error(code, err, "bench")
+
+
+def _fake_validation(monkeypatch, got_util: float):
+    """``validation.run_ns3``/``run_ccjax`` replaced by fixed figures: the CLI's verdict, table
+    and exit status without running either simulator."""
+    from ccjax import validation as v
+
+    ref = v.Measured(0.95, 10.0, 0.010, [5.0, 4.0])
+    spread = v.Spread(0.01, 0.5, 0.02, 0.009, 0.011)
+    monkeypatch.setattr(v, "run_ns3", lambda sc, seeds, workers: [(ref, spread)])
+    monkeypatch.setattr(v, "run_ccjax", lambda sc, model, seeds: [
+        v.Measured(got_util, 10.5, 0.012, [5.0, 4.0])])
+
+
+def test_validate_exit_status_and_table_follow_the_verdict(capsys, monkeypatch):
+    args = ("validate", "--cc", "cubic", "--flows", "2", "--rtt-ms", "20,80")
+    _fake_validation(monkeypatch, 0.90)  # 0.05 below ns-3: 1.7 tolerances of 0.03
+    code, out, _ = _run(capsys, *args)
+    assert code == 1
+    assert "no: utilization 1.7 tol" in out and "outside: utilization 1.7 tol" in out
+    assert "0.0045-0.0220" in out  # the loss range allowed: half the lowest seed, twice the top
+    assert "RTT unfairness" in out  # unequal RTTs: the direction is checked
+    _fake_validation(monkeypatch, 0.96)
+    code, out, _ = _run(capsys, *args, "--json")
+    d = json.loads(out)
+    assert code == 0 and d["ok"] and d["outside"] == []
+    assert d["tolerance"]["utilization"] == pytest.approx(0.03)
+    assert d["tolerance"]["queue delay"] == pytest.approx(3.0)  # 15 % of 10 ms is less
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--cc", "bbr"], ["cc", "newreno, cubic, vegas"]),
+    (["--flows", "2", "--rtt-ms", "20,40,60"], ["rtt_ms", "one per flow"]),
+    (["--loss", "1"], ["loss", "[0, 1)"]),
+    (["--buffer-bdp", "0"], ["buffer_bdp"]),
+    (["--duration-s", "0.5"], ["duration_s", ">= 1 s"]),
+    (["--rtt-ms", "0.5"], ["rtt_ms", "1 ms"]),
+    (["--ns3-seeds", "1,1"], ["ns3_seeds", "distinct"]),
+    (["--ns3-seeds", "0"], ["ns3_seeds"]),
+    (["--ccjax-seeds", "0"], ["ccjax_seeds"]),
+    (["--workers", "0"], ["workers"]),
+])
+def test_validate_invalid_input_is_one_line_before_anything_runs(capsys, monkeypatch, argv,
+                                                                 words):
+    from ccjax import validation as v
+
+    def ran(*a, **k):
+        raise AssertionError("a simulator ran")
+
+    monkeypatch.setattr(v, "run_ns3", ran)
+    monkeypatch.setattr(v, "run_ccjax", ran)
+    code, _, err = _run(capsys, "validate", *argv)
+    _one_line_error(code, err, *words)

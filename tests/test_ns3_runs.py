@@ -12,9 +12,11 @@ test here fails with that message. They never skip: CI installs ns-3.
 
 from __future__ import annotations
 
+import json
 import math
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 import pytest
 
 from ccjax import ns3
@@ -251,3 +253,30 @@ def test_invalid_input_is_a_config_error(kw):
                 duration_s=5.0)
     with pytest.raises(ConfigError):
         ns3.run_dumbbell(**{**base, **kw})
+
+
+def test_ccjax_validate_runs_one_dumbbell_in_both_simulators(capsys):
+    """``ccjax validate``: ns-3 with each seed and ccjax with its seeds on the user's dumbbell,
+    compared as the report compares; the verdict decides the exit status."""
+    from ccjax import validation as v
+    from ccjax.cli import main
+
+    _require_ns3()
+    code = main(["validate", "--cc", "newreno", "--bw-mbps", "10", "--rtt-ms", "40",
+                 "--buffer-bdp", "1", "--duration-s", "5", "--ccjax-seeds", "2", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert d["scenario"] == {"cc": "newreno", "flows": 1, "bw_mbps": 10.0, "rtt_ms": [40.0],
+                             "buffer_bdp": 1.0, "loss": 0.0, "duration_s": 5.0}
+    assert d["ns3_seeds"] == [1, 2] and d["ccjax_seeds"] == 2 and d["model"] == "packet"
+    assert set(d["checks"]) == {"utilization", "queue delay", "jain", "rtt unfairness", "loss"}
+    assert d["ok"] == all(d["checks"].values()) and code == (0 if d["ok"] else 1)
+    # one NewReno flow fills a 1-BDP link in both, within the tolerances (measured: 0.977
+    # against 0.986)
+    assert d["ns3"]["utilization"] > 0.95 and d["ccjax"]["utilization"] > 0.95 and d["ok"]
+    # the reference is ns-3's two runs of this scenario, averaged
+    runs = v.run_ns3_seeds([v.scenario_from_flags("newreno", 1, 10.0, [40.0], 1.0, 0.0, 5.0)],
+                           (1, 2))[0]
+    assert d["ns3"]["utilization"] == pytest.approx(np.mean([r.utilization for r in runs]))
+    lo, hi = d["tolerance"]["loss"]
+    assert lo == pytest.approx(min(r.loss_rate for r in runs) / 2)
+    assert hi == pytest.approx(max(r.loss_rate for r in runs) * 2)
