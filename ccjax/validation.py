@@ -576,7 +576,8 @@ def distance(rows: Iterable[Comparison]) -> float:
     with every scenario, not only with those near a tolerance's edge, so it tells a change to the
     model from seed noise better (over the full matrix, eight ccjax seeds: 112.6 with seeds 1
     to 8, 113.2 with 9 to 16, measured 2026-11-25 in the ninth session; 112.4 and 109.3 with
-    the loss episodes by stream position, 2026-11-26)."""
+    the loss episodes by stream position, 2026-11-26; 110.9 and 109.8 with NewReno halving a
+    per-ACK sender's flight at a slow-start loss, the same day)."""
     return float(sum(min(max(r.reach.values(), default=0.0), DISTANCE_CAP) for r in rows))
 
 

@@ -44,7 +44,7 @@ def test_a_loss_is_a_new_episode_by_where_the_lost_packet_lies_in_the_stream():
     c = NewReno()
     p = c.default_params(1)
     s, _ = c.init(p, jnp.full(1, RTT))
-    s = s.replace(cwnd=jnp.full(1, 40 * MSS))
+    s = s.replace(cwnd=jnp.full(1, 40 * MSS), ssthresh=jnp.full(1, 30 * MSS))  # in CA
     f = lambda v: jnp.full(1, v, jnp.float32)  # noqa: E731
     at = lambda st, seq, sent: st.replace(lost_seq=f(seq), sent_pkts=f(sent))  # noqa: E731
     s, d = c.on_interval(s, at(mi(acked_pkts=37, lost_pkts=3, inflight_pkts=40), 30, 100), p)
@@ -55,7 +55,7 @@ def test_a_loss_is_a_new_episode_by_where_the_lost_packet_lies_in_the_stream():
     assert float(s.ep.recoveries[0]) == 1.0 and pkts(d.cwnd) >= 20.0  # the old episode's tail
     # a packet sent at 101 is lost while the old flight is still being reported
     s2, _ = c.init(p, jnp.full(1, RTT))
-    s2 = s2.replace(cwnd=jnp.full(1, 40 * MSS))
+    s2 = s2.replace(cwnd=jnp.full(1, 40 * MSS), ssthresh=jnp.full(1, 30 * MSS))
     s2, _ = c.on_interval(s2, at(mi(acked_pkts=37, lost_pkts=3, inflight_pkts=40), 30, 100), p)
     s2, d2 = c.on_interval(s2, at(mi(acked_pkts=9, lost_pkts=1, inflight_pkts=30), 101, 110), p)
     assert float(s2.ep.recoveries[0]) == 2.0 and pkts(d2.cwnd) == pytest.approx(15.0, rel=0.05)
@@ -76,7 +76,7 @@ def test_newreno_halves_once_per_loss_episode_and_grows_one_packet_per_rtt():
     c = NewReno()
     p = c.default_params(1)
     s, _ = c.init(p, jnp.full(1, RTT))
-    s = s.replace(cwnd=jnp.full(1, 40 * MSS))
+    s = s.replace(cwnd=jnp.full(1, 40 * MSS), ssthresh=jnp.full(1, 30 * MSS))  # in CA
     # A loss episode: 3 packets lost with 40 in flight -> ssthresh = cwnd = 20 packets.
     s, d = c.on_interval(s, mi(acked_pkts=37, lost_pkts=3, inflight_pkts=40), p)
     assert pkts(d.cwnd) == pytest.approx(20.0)
@@ -96,6 +96,24 @@ def test_newreno_halves_once_per_loss_episode_and_grows_one_packet_per_rtt():
     assert pkts(d.cwnd) == pytest.approx(w / 2, rel=1e-3)
     # Two episodes counted (the run summary's ``recoveries``), the tail of the first not again.
     assert float(s.ep.recoveries[0]) == 2.0 and float(s.ep.timeouts[0]) == 0.0
+
+
+def test_newreno_slow_start_loss_halves_the_window_its_acks_had_grown():
+    """In slow start a per-ACK sender has sent the growth of every ACK before the loss report,
+    so FlightSize at the reduction includes it (RFC 5681 eq. 2 and 4; ns-3 halves
+    BytesInFlight): an MI that began at 40 packets, acked 30 and reported a loss halves 70,
+    not the 40 the MI-granular sender had out."""
+    c = NewReno()
+    p = c.default_params(1)
+    s, _ = c.init(p, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 40 * MSS))  # slow start: ssthresh is still the initial one
+    s, d = c.on_interval(s, mi(acked_pkts=30, lost_pkts=1, inflight_pkts=40), p)
+    assert pkts(s.ssthresh) == pytest.approx(35.0) and pkts(d.cwnd) == pytest.approx(35.0)
+    # In congestion avoidance nothing is owed: FlightSize / 2.
+    s, _ = c.init(p, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 40 * MSS), ssthresh=jnp.full(1, 30 * MSS))
+    s, d = c.on_interval(s, mi(acked_pkts=30, lost_pkts=1, inflight_pkts=40), p)
+    assert pkts(s.ssthresh) == pytest.approx(20.0) and pkts(d.cwnd) == pytest.approx(20.0)
 
 
 def test_newreno_timeout_resets_to_one_packet():
@@ -213,7 +231,7 @@ def test_newreno_lost_retransmission_waits_for_the_timer():
     c = NewReno()
     p = c.default_params(1)
     s, _ = c.init(p, jnp.full(1, RTT))
-    s = s.replace(cwnd=jnp.full(1, 40 * MSS))
+    s = s.replace(cwnd=jnp.full(1, 40 * MSS), ssthresh=jnp.full(1, 30 * MSS))  # in CA
     lost = mi(acked_pkts=39, lost_pkts=1, inflight_pkts=40)
     s, d = c.on_interval(s, lost.replace(retx_lost_bytes=jnp.full(1, MSS)), p)
     assert pkts(d.cwnd) == pytest.approx(20.0)  # the episode's reduction, as without the hole
