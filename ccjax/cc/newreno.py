@@ -11,6 +11,8 @@ RFCs is applied to the MI's sums:
 * a loss episode (RFC 5681 §3.2 step 2, eq. 4; RFC 6582 §3.2): ``ssthresh = max(FlightSize/2,
   2 MSS)``, ``cwnd = ssthresh`` (the window fast recovery leaves behind; the temporary inflation
   of §3.2 steps 3-4 only matters per ACK), no growth until the episode's recovery is over;
+  FlightSize is a per-ACK sender's: in slow start it includes the growth of the MI's ACKs that
+  came before the loss report, which a per-ACK sender has sent by then (see ``on_interval``);
 * a retransmission timeout (RFC 6298, RFC 5681 §3.1 "loss window"): ``cwnd = 1 MSS``, slow start.
 
 Loss episodes (RFC 6582's ``recover``). Losses reach the sender one RTT after the drop, so the
