@@ -172,8 +172,8 @@ def _add_validate(sub) -> None:
         "libns3-dev) with each of --ns3-seeds and in ccjax with --ccjax-seeds, as "
         "docs/validation.md does (ccjax in ns-3's arithmetic, ACK-clocked, lost "
         "retransmissions on), and compare them with the tolerances of the validation: "
-        "utilization within 0.03, mean queueing delay within 15 %% or 3 ms, loss rate within a "
-        "factor of 2 where ns-3's exceeds 0.1 %%, Jain's index within 0.05, the direction of "
+        "utilization within 0.03, mean queueing delay within 15 % or 3 ms, loss rate within a "
+        "factor of 2 where ns-3's exceeds 0.1 %, Jain's index within 0.05, the direction of "
         "RTT unfairness; each widened to ns-3's own seed-to-seed spread where that is larger. "
         "Exit status 0 when every check holds, 1 when one does not.")
     p.add_argument("--cc", default="cubic", help="newreno, cubic or vegas, for every flow "

@@ -206,3 +206,10 @@ def test_validate_invalid_input_is_one_line_before_anything_runs(capsys, monkeyp
     monkeypatch.setattr(v, "run_ccjax", ran)
     code, _, err = _run(capsys, "validate", *argv)
     _one_line_error(code, err, *words)
+
+
+def test_validate_help_states_the_tolerances(capsys):
+    code, out, _ = _run(capsys, "validate", "--help")
+    text = " ".join(out.split())
+    assert code == 0 and "within 15 % or 3 ms" in text and "%%" not in text
+    assert "Exit status 0 when every check holds, 1 when one does not." in text
