@@ -154,14 +154,15 @@ def cmd_simulate(args) -> int:
     return 0
 
 
-def _seed_list(text: str) -> list[int]:
+def _ns3_seeds(text: str) -> list[int]:
     try:
         seeds = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
         seeds = []
-    if not seeds or min(seeds) < 1 or len(set(seeds)) != len(seeds):
+    if not seeds or min(seeds) < 1 or max(seeds) >= 2**31 or len(set(seeds)) != len(seeds):
         raise argparse.ArgumentTypeError(
-            f"ns3_seeds={text!r} is invalid: distinct integers >= 1, comma-separated")
+            f"ns3_seeds={text!r} is invalid: distinct integers from 1 to 2**31 - 1, "
+            f"comma-separated")
     return seeds
 
 
@@ -170,12 +171,13 @@ def _add_validate(sub) -> None:
         "validate", help="run one dumbbell in ns-3 and in ccjax and check the two agree",
         description="Run one dumbbell of your own in ns-3.37 (sims/ns3/dumbbell.cc; needs "
         "libns3-dev) with each of --ns3-seeds and in ccjax with --ccjax-seeds, as "
-        "docs/validation.md does (ccjax in ns-3's arithmetic, ACK-clocked, lost "
-        "retransmissions on), and compare them with the tolerances of the validation: "
+        "docs/validation.md does (ccjax in ns-3's arithmetic, ACK-clocked; in the packet "
+        "model lost retransmissions on), and compare them with the tolerances of the validation: "
         "utilization within 0.03, mean queueing delay within 15 % or 3 ms, loss rate within a "
         "factor of 2 where ns-3's exceeds 0.1 %, Jain's index within 0.05, the direction of "
         "RTT unfairness; each widened to ns-3's own seed-to-seed spread where that is larger. "
-        "Exit status 0 when every check holds, 1 when one does not.")
+        "Exit status 0 when every check holds, 1 when one does not, 2 for invalid input "
+        "(before anything runs), 3 when ns-3 itself fails.")
     p.add_argument("--cc", default="cubic", help="newreno, cubic or vegas, for every flow "
                    "(default cubic)")
     p.add_argument("--flows", type=int, default=1, help="number of flows (default 1)")
@@ -189,7 +191,7 @@ def _add_validate(sub) -> None:
                    help="random loss probability of data packets (default 0)")
     p.add_argument("--duration-s", type=float, default=30.0,
                    help="simulated seconds (default 30)")
-    p.add_argument("--ns3-seeds", type=_seed_list, default=[1, 2],
+    p.add_argument("--ns3-seeds", type=_ns3_seeds, default=[1, 2],
                    help="ns-3's seeds, comma-separated: their mean is the reference and their "
                    "spread widens the tolerances (default 1,2)")
     p.add_argument("--ccjax-seeds", type=int, default=8,
@@ -236,8 +238,9 @@ def _validate_table(c, tol: dict, args, ns3_wall: float, ccjax_wall: float) -> N
     con.print("shares: ns-3 " + "/".join(f"{x:.2f}" for x in a.shares) + ", ccjax "
               + "/".join(f"{x:.2f}" for x in b.shares))
     con.print("within every tolerance" if c.ok else "outside: " + ", ".join(c.how_far()))
-    con.print(f"ns-3 {ns3_wall:.1f} s for {len(args.ns3_seeds)} runs, ccjax {ccjax_wall:.1f} s "
-              f"for {args.ccjax_seeds} seeds (compile included)")
+    con.print(f"ns-3 {ns3_wall:.1f} s for {len(args.ns3_seeds)} runs (building dumbbell.cc "
+              f"included where it was not built), ccjax {ccjax_wall:.1f} s for "
+              f"{args.ccjax_seeds} seeds (compile included)")
 
 
 def cmd_validate(args) -> int:
@@ -251,7 +254,11 @@ def cmd_validate(args) -> int:
     require(args.ccjax_seeds >= 1, "ccjax_seeds", args.ccjax_seeds, "an integer >= 1")
     require(args.workers >= 1, "workers", args.workers, "an integer >= 1")
     t0 = time.perf_counter()
-    (ref, spread), = v.run_ns3([sc], seeds=args.ns3_seeds, workers=args.workers)
+    try:
+        (ref, spread), = v.run_ns3([sc], seeds=args.ns3_seeds, workers=args.workers)
+    except RuntimeError as e:  # ns-3 crashed or printed no result: not a verdict (exit 1)
+        print(f"ccjax: error: ns-3 failed: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 3
     t1 = time.perf_counter()
     got, = v.run_ccjax([sc], model=args.model, seeds=range(1, args.ccjax_seeds + 1))
     t2 = time.perf_counter()

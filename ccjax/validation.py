@@ -86,21 +86,25 @@ class Scenario:
 def scenario_from_flags(cc: str, flows: int, bw_mbps: float, rtt_ms: Sequence[float],
                         buffer_bdp: float, loss: float, duration_s: float) -> Scenario:
     """A dumbbell of one's own to compare (``ccjax validate``), every field checked before
-    anything runs: a one-line ``ConfigError`` naming the field and what is allowed. ``rtt_ms``:
-    one base RTT for every flow or one per flow; ``buffer_bdp``: the drop-tail buffer in
-    bandwidth-delay products of the largest RTT (at least one packet)."""
+    anything runs or builds, against what both simulators accept: a one-line ``ConfigError``
+    naming the field and what is allowed. ``rtt_ms``: one base RTT for every flow or one per
+    flow; ``buffer_bdp``: the drop-tail buffer in bandwidth-delay products of the largest RTT
+    (at least one packet)."""
     from ccjax.errors import require
+    from ccjax.ns3 import MAX_FLOWS
 
     require(cc in VALIDATED_CC, "cc", cc, f"one of {', '.join(VALIDATED_CC)} (the controllers "
             f"ccjax runs in ns-3's arithmetic; ns-3's BBR is not a sound reference for several "
             f"flows, see sims/ns3/README.md)")
-    require(isinstance(flows, int) and flows >= 1, "flows", flows, "an integer >= 1")
-    require(bool(np.isfinite(bw_mbps)) and bw_mbps > 0, "bw_mbps", bw_mbps, "a number > 0 Mbps")
+    require(isinstance(flows, int) and 1 <= flows <= MAX_FLOWS, "flows", flows,
+            f"an integer from 1 to {MAX_FLOWS}")
+    require(bool(np.isfinite(bw_mbps)) and 0 < bw_mbps <= 1e5, "bw_mbps", bw_mbps,
+            "in (0, 1e5] Mbps")
     rtts = [float(r) for r in rtt_ms]
     require(len(rtts) in (1, flows), "rtt_ms", rtt_ms, f"one RTT or one per flow ({flows})")
     for r in rtts:
-        require(bool(np.isfinite(r)) and r >= 1.0, "rtt_ms", r,
-                "a number >= 1 ms (ccjax's tick)")
+        require(bool(np.isfinite(r)) and 1.0 <= r <= 1e5, "rtt_ms", r,
+                "in [1, 1e5] ms (ccjax's tick is 1 ms)")
     require(bool(np.isfinite(buffer_bdp)) and buffer_bdp > 0, "buffer_bdp", buffer_bdp,
             "a number > 0 (bandwidth-delay products of the largest RTT)")
     require(bool(np.isfinite(loss)) and 0.0 <= loss < 1.0, "loss", loss,
@@ -108,8 +112,11 @@ def scenario_from_flags(cc: str, flows: int, bw_mbps: float, rtt_ms: Sequence[fl
     require(bool(np.isfinite(duration_s)) and duration_s >= 1.0, "duration_s", duration_s,
             "a number >= 1 s")
     rtts = rtts * flows if len(rtts) == 1 else rtts
-    return Scenario(cc, flows, float(bw_mbps), tuple(rtts), float(buffer_bdp), float(loss),
-                    float(duration_s))
+    sc = Scenario(cc, flows, float(bw_mbps), tuple(rtts), float(buffer_bdp), float(loss),
+                  float(duration_s))
+    require(sc.buffer_pkts <= 10**8, "buffer_bdp", buffer_bdp,
+            f"at most 1e8 packets ({sc.buffer_pkts} here)")
+    return sc
 
 
 def _rtts(flows: int, unequal: bool) -> tuple[float, ...]:
@@ -528,12 +535,21 @@ def tolerances(ref: Measured, spread: Spread | None = None) -> dict:
         "jain": max(TOL_JAIN, sp.jain),
         "loss": None,
     }
-    if ref.loss_rate > LOSS_FLOOR:
+    rng = _ns3_loss_range(ref, spread)
+    if rng is not None:
         # Within a factor of 2 of ns-3's seed average, or of the range its seeds span.
-        r_lo = min(ref.loss_rate, sp.loss_min if spread else ref.loss_rate)
-        r_hi = max(ref.loss_rate, sp.loss_max if spread else ref.loss_rate)
-        out["loss"] = (r_lo / TOL_LOSS_FACTOR, r_hi * TOL_LOSS_FACTOR)
+        out["loss"] = (rng[0] / TOL_LOSS_FACTOR, rng[1] * TOL_LOSS_FACTOR)
     return out
+
+
+def _ns3_loss_range(ref: Measured, spread: Spread | None) -> tuple[float, float] | None:
+    """The loss rates ns-3's seeds span (with their average), or None where ns-3's loss rate
+    is at most ``LOSS_FLOOR`` (loss is not compared there)."""
+    if ref.loss_rate <= LOSS_FLOOR:
+        return None
+    sp = spread or Spread(0.0, 0.0, 0.0)
+    return (min(ref.loss_rate, sp.loss_min if spread else ref.loss_rate),
+            max(ref.loss_rate, sp.loss_max if spread else ref.loss_rate))
 
 
 def compare(sc: Scenario, ref: Measured, got: Measured, spread: Spread | None = None
@@ -557,7 +573,7 @@ def compare(sc: Scenario, ref: Measured, got: Measured, spread: Spread | None = 
     if tol["loss"] is not None:
         lo, hi = tol["loss"]
         checks["loss"] = lo <= got.loss_rate <= hi
-        r_lo, r_hi = lo * TOL_LOSS_FACTOR, hi / TOL_LOSS_FACTOR  # ns-3's range (exact: x2)
+        r_lo, r_hi = _ns3_loss_range(ref, spread)
         off = max(r_lo / max(got.loss_rate, 1e-300), got.loss_rate / r_hi, 1.0)
         reach["loss"] = float(np.log(off) / np.log(TOL_LOSS_FACTOR))
     return Comparison(sc, ref, got, checks, sp, reach)

@@ -109,6 +109,11 @@ def test_newreno_slow_start_loss_halves_the_window_its_acks_had_grown():
     s = s.replace(cwnd=jnp.full(1, 40 * MSS))  # slow start: ssthresh is still the initial one
     s, d = c.on_interval(s, mi(acked_pkts=30, lost_pkts=1, inflight_pkts=40), p)
     assert pkts(s.ssthresh) == pytest.approx(35.0) and pkts(d.cwnd) == pytest.approx(35.0)
+    # Slow start that reaches ssthresh (50) within the MI owes only the growth up to it.
+    s, _ = c.init(p, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 40 * MSS), ssthresh=jnp.full(1, 50 * MSS))
+    s, d = c.on_interval(s, mi(acked_pkts=30, lost_pkts=1, inflight_pkts=40), p)
+    assert pkts(s.ssthresh) == pytest.approx(25.0) and pkts(d.cwnd) == pytest.approx(25.0)
     # In congestion avoidance nothing is owed: FlightSize / 2.
     s, _ = c.init(p, jnp.full(1, RTT))
     s = s.replace(cwnd=jnp.full(1, 40 * MSS), ssthresh=jnp.full(1, 30 * MSS))

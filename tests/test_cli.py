@@ -193,6 +193,9 @@ def test_validate_exit_status_and_table_follow_the_verdict(capsys, monkeypatch):
     (["--ns3-seeds", "1,1"], ["ns3_seeds", "distinct"]),
     (["--ns3-seeds", "0"], ["ns3_seeds"]),
     (["--ccjax-seeds", "0"], ["ccjax_seeds"]),
+    (["--flows", "5000"], ["flows", "4000"]),
+    (["--buffer-bdp", "1e9"], ["buffer_bdp", "1e8"]),
+    (["--ns3-seeds", "3000000000"], ["ns3_seeds", "2**31"]),
     (["--workers", "0"], ["workers"]),
 ])
 def test_validate_invalid_input_is_one_line_before_anything_runs(capsys, monkeypatch, argv,
@@ -212,4 +215,16 @@ def test_validate_help_states_the_tolerances(capsys):
     code, out, _ = _run(capsys, "validate", "--help")
     text = " ".join(out.split())
     assert code == 0 and "within 15 % or 3 ms" in text and "%%" not in text
-    assert "Exit status 0 when every check holds, 1 when one does not." in text
+    assert "Exit status 0 when every check holds, 1 when one does not, 2 for invalid" in text
+
+
+def test_validate_a_failure_of_ns3_is_one_line_and_status_3(capsys, monkeypatch):
+    from ccjax import validation as v
+
+    def crash(*a, **k):
+        raise RuntimeError("ns-3 dumbbell exited with code 134: abort\nbacktrace ...")
+
+    monkeypatch.setattr(v, "run_ns3", crash)
+    code, out, err = _run(capsys, "validate", "--cc", "newreno")
+    assert code == 3 and out == ""
+    assert err.strip() == "ccjax: error: ns-3 failed: ns-3 dumbbell exited with code 134: abort"
