@@ -256,7 +256,7 @@ def cmd_validate(args) -> int:
     t0 = time.perf_counter()
     try:
         (ref, spread), = v.run_ns3([sc], seeds=args.ns3_seeds, workers=args.workers)
-    except RuntimeError as e:  # ns-3 crashed or printed no result: not a verdict (exit 1)
+    except RuntimeError as e:  # ns-3 crashed or printed no result: no verdict, so not 1
         print(f"ccjax: error: ns-3 failed: {str(e).splitlines()[0]}", file=sys.stderr)
         return 3
     t1 = time.perf_counter()

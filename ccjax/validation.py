@@ -547,9 +547,9 @@ def _ns3_loss_range(ref: Measured, spread: Spread | None) -> tuple[float, float]
     is at most ``LOSS_FLOOR`` (loss is not compared there)."""
     if ref.loss_rate <= LOSS_FLOOR:
         return None
-    sp = spread or Spread(0.0, 0.0, 0.0)
-    return (min(ref.loss_rate, sp.loss_min if spread else ref.loss_rate),
-            max(ref.loss_rate, sp.loss_max if spread else ref.loss_rate))
+    if spread is None:
+        return ref.loss_rate, ref.loss_rate
+    return min(ref.loss_rate, spread.loss_min), max(ref.loss_rate, spread.loss_max)
 
 
 def compare(sc: Scenario, ref: Measured, got: Measured, spread: Spread | None = None

@@ -43,7 +43,8 @@ from ccjax.sim.link import LinkParams, SimConfig
 from ccjax.sim.stats import MIAccum, MIStats, finalize, hist_add
 from ccjax.units import PACKET_BYTES as PKT
 
-#: fields of both delay lines: admitted/delivered bytes, loss notifications, bytes x qdelay
+#: fields of both delay lines: admitted/delivered bytes, loss notifications, bytes x qdelay,
+#: lost bytes x their stream position (packets sent; RFC 6582's recover point)
 _NFIELD = 4
 
 
@@ -80,8 +81,8 @@ class SimState(struct.PyTreeNode):
     key: jnp.ndarray
     queue: jnp.ndarray  # (F,) bytes in the bottleneck queue, per flow
     work: jnp.ndarray  # () bytes the link has still to serve (the FIFO's unserved backlog)
-    qline: jnp.ndarray  # (H_q, F, 3) queue delay line, indexed by departure tick
-    aline: jnp.ndarray  # (H_a, F, 3) ACK delay line, indexed by departure tick
+    qline: jnp.ndarray  # (H_q, F, _NFIELD) queue delay line, indexed by departure tick
+    aline: jnp.ndarray  # (H_a, F, _NFIELD) ACK delay line, indexed by departure tick
     stuck: jnp.ndarray  # (F, 2) admitted / dropped bytes whose departure lies past the horizon
     credit: jnp.ndarray  # (F,) pacing credit in bytes (packet model); for ack-clocked window
     #                      senders, the bytes the last tick's ACKs and loss reports let them send
