@@ -802,6 +802,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "sequential/); default: a temporary directory")
     b.add_argument("--json", action="store_true")
     sub.add_parser("scenarios", help="list scenario presets")
+    nb = sub.add_parser(
+        "ns3-bundle", help="copy the ns-3 dumbbell with its libraries, for a machine without "
+        "ns-3", description="Build sims/ns3/dumbbell.cc (needs libns3-dev here) and copy it with "
+        "every shared library it loads, the C library and its loader included, into DIR. On "
+        "another x86-64 Linux machine without ns-3's packages (a GPU node, say), set "
+        "CCJAX_NS3_PROGRAM=DIR/dumbbell and `ccjax validate`, `ccjax bench sim` and "
+        "ccjax.ns3 run that program. It is refused once dumbbell.cc has changed.")
+    nb.add_argument("dir", help="a folder that does not exist yet or is empty")
     _add_train(sub)
     _add_eval(sub)
     _add_sweep(sub)
@@ -830,6 +838,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_bench(args)
         if args.command == "scenarios":
             return cmd_scenarios(args)
+        if args.command == "ns3-bundle":
+            from ccjax import ns3
+
+            prog = ns3.bundle(args.dir)
+            print(f"bundled: {prog} (run it elsewhere with {ns3.PROGRAM_ENV}={prog})")
+            return 0
         if args.command == "train":
             return cmd_train(args)
         if args.command == "adapt":

@@ -8,6 +8,15 @@ the others wait and reuse it. ns-3 itself comes from the system (Debian/Ubuntu:
 ``apt-get install libns3-dev libgsl-dev``, ns-3.37); without it ``build`` raises a one-line
 ``ConfigError`` and ``available()`` is False.
 
+A machine without ns-3's packages (a GPU node where one cannot install them) runs a program
+built elsewhere: ``bundle(DIR)`` (``ccjax ns3-bundle DIR``) copies the built program with every
+shared library it loads, the C library and its loader included, into ``DIR``, and
+``$CCJAX_NS3_PROGRAM=DIR/dumbbell`` makes ``build`` return that program instead of compiling
+(``available()`` is then True). The bundle records the SHA-256 of the ``dumbbell.cc`` it was
+built from, and ``build`` refuses it once the source has changed; a program named by
+``$CCJAX_NS3_PROGRAM`` without that record (one compiled by hand against another ns-3) is run as
+it is.
+
 ``run_dumbbell`` runs one dumbbell (N senders with their own fast access links, one drop-tail
 bottleneck, N receivers) and returns the program's JSON object:
 
@@ -54,6 +63,10 @@ from ccjax.errors import ConfigError, require
 NS3_MODULES = ("ns3-core", "ns3-network", "ns3-internet", "ns3-point-to-point",
                "ns3-applications", "ns3-traffic-control")
 INSTALL_HINT = "install with `apt-get install libns3-dev libgsl-dev`"
+#: environment variable naming a prebuilt dumbbell program (``bundle``) to run instead of building
+PROGRAM_ENV = "CCJAX_NS3_PROGRAM"
+#: the file beside a bundled program that holds the SHA-256 of the source it was built from
+SOURCE_HASH_FILE = "dumbbell.source-sha256"
 #: ccjax controller name -> ns-3 TypeId (without ``ns3::``)
 CC_TYPES = {"newreno": "TcpNewReno", "cubic": "TcpCubic", "vegas": "TcpVegas", "bbr": "TcpBbr"}
 #: the program rejects more
@@ -125,14 +138,41 @@ def _compile_command(src: Path, out: Path) -> list[str]:
 
 
 def available() -> bool:
-    """Whether ns-3 and a C++ compiler are installed (nothing is compiled)."""
+    """Whether the dumbbell can run here: ns-3 and a C++ compiler are installed, or
+    ``$CCJAX_NS3_PROGRAM`` names a usable prebuilt program (nothing is compiled)."""
     try:
-        _compiler()
-        _ns3_flags()
-        source_path()
+        if os.environ.get(PROGRAM_ENV):
+            _prebuilt()
+        else:
+            _compiler()
+            _ns3_flags()
+            source_path()
     except ConfigError:
         return False
     return True
+
+
+def source_sha256() -> str:
+    """SHA-256 (hex) of the dumbbell's C++ source."""
+    return hashlib.sha256(source_path().read_bytes()).hexdigest()
+
+
+def _prebuilt() -> Path:
+    """The program ``$CCJAX_NS3_PROGRAM`` names, checked (``ConfigError`` if it is unusable)."""
+    path = Path(os.environ[PROGRAM_ENV]).expanduser()
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise ConfigError(f"{PROGRAM_ENV}={str(path)!r} is invalid: not an executable file; "
+                          f"name a program made by `ccjax ns3-bundle`, or unset it to build "
+                          f"with ns-3 ({INSTALL_HINT})")
+    record = path.parent / SOURCE_HASH_FILE
+    if record.is_file():
+        built = record.read_text().strip()
+        if built != source_sha256():
+            raise ConfigError(f"{PROGRAM_ENV}={str(path)!r} is invalid: it was built from "
+                              f"another {source_path().name} (SHA-256 {built[:12]}, this one "
+                              f"{source_sha256()[:12]}); bundle it again with `ccjax "
+                              f"ns3-bundle`")
+    return path
 
 
 def binary_path() -> Path:
@@ -149,6 +189,8 @@ def build(force: bool = False) -> Path:
     Raises ``ConfigError`` (one line, with the install command) when ns-3 or g++ is missing,
     ``RuntimeError`` when the compiler fails otherwise.
     """
+    if os.environ.get(PROGRAM_ENV):
+        return _prebuilt()
     out = binary_path()
     if out.is_file() and os.access(out, os.X_OK) and not force:
         return out
@@ -176,6 +218,66 @@ def build(force: bool = False) -> Path:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
     return out
+
+
+#: the wrapper ``bundle`` writes: the bundled loader runs the program against the bundled
+#: libraries only, so neither the host's ns-3 nor its C library version matters
+_WRAPPER = """#!/bin/sh
+# ns-3 dumbbell of ccjax with its shared libraries (ccjax.ns3.bundle); run it as the program.
+d=$(cd "$(dirname "$0")" && pwd)
+exec "$d/lib/{loader}" --library-path "$d/lib" "$d/dumbbell.bin" "$@"
+"""
+
+
+def _shared_libraries(program: Path) -> tuple[Path, list[Path]]:
+    """(the ELF loader, the shared libraries) ``program`` loads, as ``ldd`` resolves them."""
+    if shutil.which("ldd") is None:
+        raise ConfigError("ldd is missing: bundling the ns-3 program needs it (glibc's ldd, "
+                          "package libc-bin)")
+    res = subprocess.run(["ldd", str(program)], capture_output=True, text=True, timeout=60)
+    if res.returncode != 0:
+        raise RuntimeError(f"ldd {program} failed: {res.stderr.strip()}")
+    loader, libs = None, []
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if "=>" in parts:
+            target = parts[parts.index("=>") + 1]
+            if target == "not":  # "libx.so => not found"
+                raise RuntimeError(f"ldd {program}: {line.strip()}")
+            if target.startswith("/"):
+                libs.append(Path(target))
+        elif parts and parts[0].startswith("/"):
+            loader = Path(parts[0])  # the ELF interpreter, e.g. /lib64/ld-linux-x86-64.so.2
+    if loader is None:
+        raise RuntimeError(f"ldd {program} named no ELF loader")
+    return loader, libs
+
+
+def bundle(dest: str | Path) -> Path:
+    """Copy the built dumbbell with every shared library it loads into ``dest`` (new or empty)
+    and return the program to run there, ``dest/dumbbell``: on another x86-64 Linux machine
+    without ns-3, ``CCJAX_NS3_PROGRAM=dest/dumbbell`` runs the same simulation.
+
+    Builds the program first (``build``; needs ns-3 here). Raises ``ConfigError`` when ``dest``
+    holds files or ns-3 is missing.
+    """
+    dest = Path(dest)
+    require(not dest.exists() or (dest.is_dir() and not any(dest.iterdir())), "dest",
+            str(dest), "a folder that does not exist yet or is empty")
+    if os.environ.get(PROGRAM_ENV):
+        raise ConfigError(f"{PROGRAM_ENV} is set: unset it to bundle the program built from "
+                          f"{source_path()}")
+    program = build()
+    loader, libs = _shared_libraries(program)
+    (dest / "lib").mkdir(parents=True, exist_ok=True)
+    for lib in [loader, *libs]:
+        shutil.copy2(lib.resolve(), dest / "lib" / lib.name)  # the file, under its soname
+    shutil.copy2(program, dest / "dumbbell.bin")
+    (dest / SOURCE_HASH_FILE).write_text(source_sha256() + "\n")
+    wrapper = dest / "dumbbell"
+    wrapper.write_text(_WRAPPER.format(loader=loader.name))
+    wrapper.chmod(0o755)
+    return wrapper
 
 
 # ------------------------------------------------------------------------------------------------

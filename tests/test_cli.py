@@ -228,3 +228,22 @@ def test_validate_a_failure_of_ns3_is_one_line_and_status_3(capsys, monkeypatch)
     code, out, err = _run(capsys, "validate", "--cc", "newreno")
     assert code == 3 and out == ""
     assert err.strip() == "ccjax: error: ns-3 failed: ns-3 dumbbell exited with code 134: abort"
+
+
+def test_ns3_bundle_refuses_a_folder_with_files_in_one_line(capsys, tmp_path):
+    (tmp_path / "keep.txt").write_text("mine")
+    code, out, err = _run(capsys, "ns3-bundle", str(tmp_path))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "does not exist yet or is empty" in err
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+def test_a_prebuilt_ns3_program_that_is_missing_stops_validate_before_it_runs(capsys, monkeypatch,
+                                                                             tmp_path):
+    from ccjax import validation as v
+
+    monkeypatch.setenv("CCJAX_NS3_PROGRAM", str(tmp_path / "dumbbell"))
+    monkeypatch.setattr(v, "run_ccjax", lambda *a, **k: pytest.fail("ccjax ran"))
+    code, out, err = _run(capsys, "validate", "--cc", "newreno")
+    assert code == 2 and out == ""
+    assert err.startswith("ccjax: error: CCJAX_NS3_PROGRAM=") and "not an executable" in err

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -234,6 +235,51 @@ def test_build_is_cached():
     path = ns3.build()
     assert ns3.build() == path == ns3.binary_path()
     assert path.parent.name.startswith("dumbbell-")
+
+
+def test_a_bundled_program_runs_the_same_dumbbell_where_ns3_is_not_installed(tmp_path,
+                                                                             monkeypatch):
+    """``ns3.bundle`` copies the program with every library it loads; through its own loader it
+    needs nothing of the host's (run here with no environment and no library path), and
+    ``$CCJAX_NS3_PROGRAM`` makes ``run_dumbbell`` use it: the same run, bit for bit."""
+    _require_ns3()
+    monkeypatch.delenv(ns3.PROGRAM_ENV, raising=False)
+    kw = dict(flows=2, bw_mbps=10.0, rtt_ms=[20.0, 100.0], buffer_pkts=40, loss=0.01,
+              cc="cubic", duration_s=4.0, seed=3)
+    built = ns3.run_dumbbell(**kw)
+    prog = ns3.bundle(tmp_path / "b")
+    libs = {p.name for p in (tmp_path / "b" / "lib").iterdir()}
+    assert {"libns3-core.so.37", "libns3-internet.so.37", "libc.so.6"} <= libs
+    assert any(n.startswith("ld-linux") for n in libs)
+    bare = subprocess.run(["/bin/sh", str(prog), "--flows=1", "--bwMbps=10", "--rttMs=40",
+                           "--durationS=1", "--cc=TcpNewReno"], env={}, capture_output=True,
+                          text=True, timeout=60)
+    assert bare.returncode == 0, bare.stderr
+    assert json.loads(bare.stdout)["link"]["utilization"] > 0.5
+
+    monkeypatch.setenv(ns3.PROGRAM_ENV, str(prog))
+    assert ns3.available() and ns3.build() == prog
+    bundled = ns3.run_dumbbell(**kw)
+    assert bundled["sim"]["argv"][0] == str(prog)
+    assert bundled["flows"] == built["flows"] and bundled["link"] == built["link"]
+
+    # a bundle of another dumbbell.cc is refused, before anything runs
+    (tmp_path / "b" / ns3.SOURCE_HASH_FILE).write_text("0" * 64 + "\n")
+    assert not ns3.available()
+    with pytest.raises(ConfigError, match="built from another dumbbell.cc"):
+        ns3.run_dumbbell(**kw)
+
+
+def test_a_missing_prebuilt_program_is_a_config_error(tmp_path, monkeypatch):
+    monkeypatch.setenv(ns3.PROGRAM_ENV, str(tmp_path / "nothing"))
+    assert not ns3.available()
+    with pytest.raises(ConfigError, match=f"{ns3.PROGRAM_ENV}=.*not an executable file"):
+        ns3.build()
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("")
+    monkeypatch.delenv(ns3.PROGRAM_ENV)
+    with pytest.raises(ConfigError, match="dest=.*does not exist yet or is empty"):
+        ns3.bundle(tmp_path / "full")
 
 
 @pytest.mark.parametrize("kw", [
