@@ -110,7 +110,8 @@ def _compiler() -> str:
 def _ns3_flags() -> tuple[str, ...]:
     """Compiler and linker flags of the ns-3 modules (raises ``ConfigError`` without ns-3)."""
     missing = ConfigError(f"ns-3 is not installed (no pkg-config modules {', '.join(NS3_MODULES)}"
-                          f"): {INSTALL_HINT}")
+                          f"): {INSTALL_HINT}, or run a bundle made where it is (`ccjax "
+                          f"ns3-bundle DIR`) with {PROGRAM_ENV}=DIR/dumbbell")
     if shutil.which("pkg-config") is None:
         raise missing
     try:
