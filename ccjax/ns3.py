@@ -13,9 +13,9 @@ built elsewhere: ``bundle(DIR)`` (``ccjax ns3-bundle DIR``) copies the built pro
 shared library it loads, the C library and its loader included, into ``DIR``, and
 ``$CCJAX_NS3_PROGRAM=DIR/dumbbell`` makes ``build`` return that program instead of compiling
 (``available()`` is then True). The bundle records the SHA-256 of the ``dumbbell.cc`` it was
-built from, and ``build`` refuses it once the source has changed; a program named by
-``$CCJAX_NS3_PROGRAM`` without that record (one compiled by hand against another ns-3) is run as
-it is.
+built from and the machine type, and ``build`` refuses it once the source has changed, on
+another machine type, or without that record (a program compiled by hand against another ns-3
+needs the record written beside it: the source's SHA-256 and ``uname -m``, one per line).
 
 ``run_dumbbell`` runs one dumbbell (N senders with their own fast access links, one drop-tail
 bottleneck, N receivers) and returns the program's JSON object:
@@ -48,6 +48,8 @@ import hashlib
 import json
 import math
 import os
+import platform
+import re
 import shlex
 import shutil
 import subprocess
@@ -159,25 +161,38 @@ def source_sha256() -> str:
 
 
 def _prebuilt() -> Path:
-    """The program ``$CCJAX_NS3_PROGRAM`` names, checked (``ConfigError`` if it is unusable)."""
-    path = Path(os.environ[PROGRAM_ENV]).expanduser()
+    """The program ``$CCJAX_NS3_PROGRAM`` names, as an absolute path with links resolved (a
+    relative name would be looked up on ``PATH`` by ``subprocess``), checked against the record
+    beside it: the source it was built from and the machine type (``ConfigError`` if unusable).
+    """
+    given = os.environ[PROGRAM_ENV]
+    path = Path(given).expanduser().resolve()
     if not path.is_file() or not os.access(path, os.X_OK):
-        raise ConfigError(f"{PROGRAM_ENV}={str(path)!r} is invalid: not an executable file; "
+        raise ConfigError(f"{PROGRAM_ENV}={given!r} is invalid: not an executable file; "
                           f"name a program made by `ccjax ns3-bundle`, or unset it to build "
                           f"with ns-3 ({INSTALL_HINT})")
     record = path.parent / SOURCE_HASH_FILE
-    if record.is_file():
-        built = record.read_text().strip()
-        if built != source_sha256():
-            raise ConfigError(f"{PROGRAM_ENV}={str(path)!r} is invalid: it was built from "
-                              f"another {source_path().name} (SHA-256 {built[:12]}, this one "
-                              f"{source_sha256()[:12]}); bundle it again with `ccjax "
-                              f"ns3-bundle`")
+    if not record.is_file():
+        raise ConfigError(f"{PROGRAM_ENV}={given!r} is invalid: no {SOURCE_HASH_FILE} beside "
+                          f"it, so nothing says which {source_path().name} it runs; allowed: a "
+                          f"program made by `ccjax ns3-bundle`, or one compiled from this "
+                          f"source with its SHA-256 (`sha256sum {source_path().name}`) and "
+                          f"the machine type (`uname -m`) written there, one per line")
+    built, machine = ([*record.read_text().split(), "", ""])[:2]
+    if built != source_sha256():
+        raise ConfigError(f"{PROGRAM_ENV}={given!r} is invalid: it was built from another "
+                          f"{source_path().name} (SHA-256 {built[:12]}, this one "
+                          f"{source_sha256()[:12]}); bundle it again with `ccjax ns3-bundle`")
+    if machine != platform.machine():
+        raise ConfigError(f"{PROGRAM_ENV}={given!r} is invalid: it was built for "
+                          f"{machine or 'an unrecorded machine type'}, this machine is "
+                          f"{platform.machine()}; bundle it on a {platform.machine()} machine")
     return path
 
 
 def binary_path() -> Path:
-    """Where ``build()`` puts the program for the current source and flags."""
+    """Where ``build()`` puts the program it compiles for the current source and flags (not
+    consulted while ``$CCJAX_NS3_PROGRAM`` names a prebuilt one)."""
     src = source_path()
     h = hashlib.sha256(src.read_bytes())
     h.update("\0".join(_compile_command(Path("SRC"), Path("OUT"))).encode())
@@ -191,6 +206,9 @@ def build(force: bool = False) -> Path:
     ``RuntimeError`` when the compiler fails otherwise.
     """
     if os.environ.get(PROGRAM_ENV):
+        if force:
+            raise ConfigError(f"force=True is invalid while {PROGRAM_ENV} is set: a prebuilt "
+                              f"program is not rebuilt; unset it to compile")
         return _prebuilt()
     out = binary_path()
     if out.is_file() and os.access(out, os.X_OK) and not force:
@@ -225,60 +243,92 @@ def build(force: bool = False) -> Path:
 #: libraries only, so neither the host's ns-3 nor its C library version matters
 _WRAPPER = """#!/bin/sh
 # ns-3 dumbbell of ccjax with its shared libraries (ccjax.ns3.bundle); run it as the program.
-d=$(cd "$(dirname "$0")" && pwd)
-exec "$d/lib/{loader}" --library-path "$d/lib" "$d/dumbbell.bin" "$@"
+# Host preloads (profilers, XALT) are built for the host's C library, not the bundled one.
+unset LD_PRELOAD LD_AUDIT LD_LIBRARY_PATH
+p=$(readlink -f -- "$0")
+d=$(CDPATH= cd -P -- "$(dirname -- "$p")" && pwd -P)
+exec "$d/lib/{loader}" --inhibit-cache --library-path "$d/lib" "$d/dumbbell.bin" "$@"
 """
 
+#: one line of ``ldd``: "name => /path (0x...)", "name => not found", "/loader (0x...)",
+#: "/loader => /real/loader (0x...)" (Arch, Fedora), "linux-vdso.so.1 (0x...)"
+_LDD_LINE = re.compile(r"^\s*(\S+)(?:\s+=>\s+(.*?))?\s*(?:\(0x[0-9a-fA-F]+\))?\s*$")
 
-def _shared_libraries(program: Path) -> tuple[Path, list[Path]]:
-    """(the ELF loader, the shared libraries) ``program`` loads, as ``ldd`` resolves them."""
+
+def parse_ldd(text: str, program: str = "the program") -> list[tuple[Path, str]]:
+    """The files ``program`` loads, from ``ldd``'s output, as (file, the name it is loaded by),
+    the ELF loader first; a one-line ``ConfigError`` where a library is not found or no loader
+    is named (a static program needs no bundle)."""
+    loader, libs = None, []
+    for line in text.splitlines():
+        m = _LDD_LINE.match(line)
+        if m is None or not line.strip():
+            continue
+        name, target = m.group(1), (m.group(2) or "").strip()
+        if target == "not found":
+            raise ConfigError(f"ns-3 program {program} is invalid to bundle: ldd finds no "
+                              f"{name}; allowed: a program whose every library resolves here")
+        if name.startswith("/"):  # the ELF interpreter, e.g. /lib64/ld-linux-x86-64.so.2
+            loader = (Path(target if target.startswith("/") else name), Path(name).name)
+        elif target.startswith("/"):
+            libs.append((Path(target), name))
+    if loader is None:
+        raise ConfigError(f"ns-3 program {program} is invalid to bundle: ldd names no ELF "
+                          f"loader; allowed: a dynamically linked program")
+    return [loader, *libs]
+
+
+def _shared_libraries(program: Path) -> list[tuple[Path, str]]:
+    """``parse_ldd`` of ``ldd program``."""
     if shutil.which("ldd") is None:
         raise ConfigError("ldd is missing: bundling the ns-3 program needs it (glibc's ldd, "
                           "package libc-bin)")
-    res = subprocess.run(["ldd", str(program)], capture_output=True, text=True, timeout=60)
+    try:
+        res = subprocess.run(["ldd", str(program)], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError) as e:
+        raise ConfigError(f"ldd {program} could not run: {e}") from None
     if res.returncode != 0:
-        raise RuntimeError(f"ldd {program} failed: {res.stderr.strip()}")
-    loader, libs = None, []
-    for line in res.stdout.splitlines():
-        parts = line.split()
-        if "=>" in parts:
-            target = parts[parts.index("=>") + 1]
-            if target == "not":  # "libx.so => not found"
-                raise RuntimeError(f"ldd {program}: {line.strip()}")
-            if target.startswith("/"):
-                libs.append(Path(target))
-        elif parts and parts[0].startswith("/"):
-            loader = Path(parts[0])  # the ELF interpreter, e.g. /lib64/ld-linux-x86-64.so.2
-    if loader is None:
-        raise RuntimeError(f"ldd {program} named no ELF loader")
-    return loader, libs
+        last = (res.stderr.strip().splitlines() or ["(no message)"])[-1]
+        raise ConfigError(f"ldd {program} failed: {last}")
+    return parse_ldd(res.stdout, str(program))
 
 
 def bundle(dest: str | Path) -> Path:
     """Copy the built dumbbell with every shared library it loads into ``dest`` (new or empty)
-    and return the program to run there, ``dest/dumbbell``: on another x86-64 Linux machine
-    without ns-3, ``CCJAX_NS3_PROGRAM=dest/dumbbell`` runs the same simulation.
+    and return the program to run there, ``dest/dumbbell`` (absolute): on another Linux machine
+    of the same machine type without ns-3, ``CCJAX_NS3_PROGRAM=dest/dumbbell`` runs the same
+    simulation.
 
-    Builds the program first (``build``; needs ns-3 here). Raises ``ConfigError`` when ``dest``
-    holds files or ns-3 is missing.
+    Builds the program first (``build``; needs ns-3 here). The bundle is assembled in a
+    temporary folder beside ``dest`` and renamed into place, so a failure leaves nothing
+    behind. Raises ``ConfigError`` when ``dest`` holds files, ns-3 is missing or a library does
+    not resolve.
     """
-    dest = Path(dest)
+    dest = Path(dest).expanduser().resolve()
     require(not dest.exists() or (dest.is_dir() and not any(dest.iterdir())), "dest",
             str(dest), "a folder that does not exist yet or is empty")
     if os.environ.get(PROGRAM_ENV):
         raise ConfigError(f"{PROGRAM_ENV} is set: unset it to bundle the program built from "
                           f"{source_path()}")
     program = build()
-    loader, libs = _shared_libraries(program)
-    (dest / "lib").mkdir(parents=True, exist_ok=True)
-    for lib in [loader, *libs]:
-        shutil.copy2(lib.resolve(), dest / "lib" / lib.name)  # the file, under its soname
-    shutil.copy2(program, dest / "dumbbell.bin")
-    (dest / SOURCE_HASH_FILE).write_text(source_sha256() + "\n")
-    wrapper = dest / "dumbbell"
-    wrapper.write_text(_WRAPPER.format(loader=loader.name))
-    wrapper.chmod(0o755)
-    return wrapper
+    files = _shared_libraries(program)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}-", dir=dest.parent))
+    try:
+        (tmp / "lib").mkdir()
+        for src, name in files:
+            shutil.copy2(src.resolve(), tmp / "lib" / name)  # the file, under its soname
+        shutil.copy2(program, tmp / "dumbbell.bin")
+        (tmp / SOURCE_HASH_FILE).write_text(f"{source_sha256()}\n{platform.machine()}\n")
+        (tmp / "dumbbell").write_text(_WRAPPER.format(loader=files[0][1]))
+        (tmp / "dumbbell").chmod(0o755)
+        tmp.chmod(0o755)
+        if dest.exists():
+            dest.rmdir()  # empty, checked above
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest / "dumbbell"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -419,6 +469,8 @@ def run_dumbbell(
         res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"ns-3 dumbbell ran past timeout_s={timeout_s}") from None
+    except OSError as e:  # e.g. a prebuilt program of another machine type: exec format error
+        raise RuntimeError(f"ns-3 dumbbell {argv[0]} could not start: {e}") from None
     if res.returncode == 2 and res.stderr.startswith("dumbbell:"):
         raise ConfigError(res.stderr.strip().splitlines()[-1].removeprefix("dumbbell: "))
     if res.returncode != 0:

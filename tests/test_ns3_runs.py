@@ -16,6 +16,7 @@ import json
 import math
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -230,7 +231,8 @@ def test_same_seed_same_run():
     assert c["flows"] != a["flows"]
 
 
-def test_build_is_cached():
+def test_build_is_cached(monkeypatch):
+    monkeypatch.delenv(ns3.PROGRAM_ENV, raising=False)
     _require_ns3()
     path = ns3.build()
     assert ns3.build() == path == ns3.binary_path()
@@ -241,9 +243,10 @@ def test_a_bundled_program_runs_the_same_dumbbell_where_ns3_is_not_installed(tmp
                                                                              monkeypatch):
     """``ns3.bundle`` copies the program with every library it loads; through its own loader it
     needs nothing of the host's (run here with no environment and no library path), and
-    ``$CCJAX_NS3_PROGRAM`` makes ``run_dumbbell`` use it: the same run, bit for bit."""
-    _require_ns3()
+    ``$CCJAX_NS3_PROGRAM`` makes ``run_dumbbell`` use it, also through a link or a relative
+    name and with a host preload set: the same run, bit for bit."""
     monkeypatch.delenv(ns3.PROGRAM_ENV, raising=False)
+    _require_ns3()
     kw = dict(flows=2, bw_mbps=10.0, rtt_ms=[20.0, 100.0], buffer_pkts=40, loss=0.01,
               cc="cubic", duration_s=4.0, seed=3)
     built = ns3.run_dumbbell(**kw)
@@ -251,6 +254,7 @@ def test_a_bundled_program_runs_the_same_dumbbell_where_ns3_is_not_installed(tmp
     libs = {p.name for p in (tmp_path / "b" / "lib").iterdir()}
     assert {"libns3-core.so.37", "libns3-internet.so.37", "libc.so.6"} <= libs
     assert any(n.startswith("ld-linux") for n in libs)
+    assert prog.is_absolute() and not any(p.name.startswith(".b-") for p in tmp_path.iterdir())
     bare = subprocess.run(["/bin/sh", str(prog), "--flows=1", "--bwMbps=10", "--rttMs=40",
                            "--durationS=1", "--cc=TcpNewReno"], env={}, capture_output=True,
                           text=True, timeout=60)
@@ -262,12 +266,68 @@ def test_a_bundled_program_runs_the_same_dumbbell_where_ns3_is_not_installed(tmp
     bundled = ns3.run_dumbbell(**kw)
     assert bundled["sim"]["argv"][0] == str(prog)
     assert bundled["flows"] == built["flows"] and bundled["link"] == built["link"]
+    with pytest.raises(ConfigError, match="force=True is invalid"):
+        ns3.build(force=True)
 
-    # a bundle of another dumbbell.cc is refused, before anything runs
-    (tmp_path / "b" / ns3.SOURCE_HASH_FILE).write_text("0" * 64 + "\n")
-    assert not ns3.available()
-    with pytest.raises(ConfigError, match="built from another dumbbell.cc"):
-        ns3.run_dumbbell(**kw)
+    # through a link in another folder, named relative to the working folder, with a preload
+    # the bundled C library could not load: the wrapper finds its own folder and drops it
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "dumbbell").symlink_to(prog)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(ns3.PROGRAM_ENV, "bin/dumbbell")
+    monkeypatch.setenv("LD_PRELOAD", "/nonexistent/libpreload.so")
+    assert ns3.build() == prog
+    linked = ns3.run_dumbbell(**kw)
+    assert linked["flows"] == built["flows"] and linked["link"] == built["link"]
+    monkeypatch.delenv("LD_PRELOAD")
+
+    # a bundle of another dumbbell.cc, of another machine type or without its record is
+    # refused, before anything runs
+    record = tmp_path / "b" / ns3.SOURCE_HASH_FILE
+    machine = record.read_text().split()[1]
+    for text, why in [("0" * 64 + f"\n{machine}\n", "built from another dumbbell.cc"),
+                      (f"{ns3.source_sha256()}\nriscv128\n", "built for riscv128"),
+                      (None, "no dumbbell.source-sha256 beside it")]:
+        if text is None:
+            record.unlink()
+        else:
+            record.write_text(text)
+        assert not ns3.available()
+        with pytest.raises(ConfigError, match=why):
+            ns3.run_dumbbell(**kw)
+
+
+@pytest.mark.parametrize("text, files", [
+    # Debian 12
+    ("\tlinux-vdso.so.1 (0x00007ffd3b5f2000)\n"
+     "\tlibns3-core.so.37 => /lib/x86_64-linux-gnu/libns3-core.so.37 (0x00007f1)\n"
+     "\tlibc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x00007f2)\n"
+     "\t/lib64/ld-linux-x86-64.so.2 (0x00007f3)\n",
+     [("/lib64/ld-linux-x86-64.so.2", "ld-linux-x86-64.so.2"),
+      ("/lib/x86_64-linux-gnu/libns3-core.so.37", "libns3-core.so.37"),
+      ("/lib/x86_64-linux-gnu/libc.so.6", "libc.so.6")]),
+    # Arch and Fedora name the loader's file; an old vdso line has an empty target; a folder
+    # with a space
+    ("\tlinux-vdso.so.1 =>  (0x00007ffd3b5f2000)\n"
+     "\tlibgsl.so.27 => /opt/my ns3/lib/libgsl.so.27 (0x00007f1)\n"
+     "\t/lib64/ld-linux-x86-64.so.2 => /usr/lib64/ld-linux-x86-64.so.2 (0x00007f3)\n",
+     [("/usr/lib64/ld-linux-x86-64.so.2", "ld-linux-x86-64.so.2"),
+      ("/opt/my ns3/lib/libgsl.so.27", "libgsl.so.27")]),
+])
+def test_ldd_output_gives_the_loader_first_and_each_library_by_its_soname(text, files):
+    assert ns3.parse_ldd(text) == [(Path(p), n) for p, n in files]
+
+
+@pytest.mark.parametrize("text, why", [
+    ("\tlibns3-core.so.37 => not found\n\t/lib64/ld-linux-x86-64.so.2 (0x1)\n",
+     "ldd finds no libns3-core.so.37"),
+    ("\tnot a dynamic executable\n", "names no ELF loader"),
+    ("\tstatically linked\n", "names no ELF loader"),
+])
+def test_ldd_output_that_cannot_be_bundled_is_one_line(text, why):
+    with pytest.raises(ConfigError, match=why) as e:
+        ns3.parse_ldd(text, "prog")
+    assert "\n" not in str(e.value)
 
 
 def test_a_missing_prebuilt_program_is_a_config_error(tmp_path, monkeypatch):
