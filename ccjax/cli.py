@@ -806,9 +806,10 @@ def build_parser() -> argparse.ArgumentParser:
         "ns3-bundle", help="copy the ns-3 dumbbell with its libraries, for a machine without "
         "ns-3", description="Build sims/ns3/dumbbell.cc (needs libns3-dev here) and copy it with "
         "every shared library it loads, the C library and its loader included, into DIR. On "
-        "another x86-64 Linux machine without ns-3's packages (a GPU node, say), set "
-        "CCJAX_NS3_PROGRAM=DIR/dumbbell and `ccjax validate`, `ccjax bench sim` and "
-        "ccjax.ns3 run that program. It is refused once dumbbell.cc has changed.")
+        "another Linux machine of the same machine type without ns-3's packages (a GPU node, "
+        "say), set CCJAX_NS3_PROGRAM=DIR/dumbbell and `ccjax validate`, `ccjax bench sim` and "
+        "ccjax.ns3 run that program. It is refused once dumbbell.cc has changed, or on "
+        "another machine type.")
     nb.add_argument("dir", help="a folder that does not exist yet or is empty")
     _add_train(sub)
     _add_eval(sub)

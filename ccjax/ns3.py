@@ -179,10 +179,11 @@ def _prebuilt() -> Path:
                           f"source with its SHA-256 (`sha256sum {source_path().name}`) and "
                           f"the machine type (`uname -m`) written there, one per line")
     built, machine = ([*record.read_text().split(), "", ""])[:2]
-    if built != source_sha256():
+    now = source_sha256()
+    if built != now:
         raise ConfigError(f"{PROGRAM_ENV}={given!r} is invalid: it was built from another "
-                          f"{source_path().name} (SHA-256 {built[:12]}, this one "
-                          f"{source_sha256()[:12]}); bundle it again with `ccjax ns3-bundle`")
+                          f"{source_path().name} (SHA-256 {built[:12]}, this one {now[:12]}); "
+                          f"bundle it again with `ccjax ns3-bundle`")
     if machine != platform.machine():
         raise ConfigError(f"{PROGRAM_ENV}={given!r} is invalid: it was built for "
                           f"{machine or 'an unrecorded machine type'}, this machine is "
