@@ -74,8 +74,8 @@ def link_utilization(served: Array, capacity: Array, axis: int | None = -1) -> j
     ``Totals.served`` and ``Totals.cap_bytes``. 0 where the capacity is 0 (as ``summarize``).
 
     Source: MOCC §6.1 / Fig. 5(a-d) "bottleneck link utilization" and Eq. 2's
-    O_thr = measured throughput / link capacity; Astraea §5 "throughput normalised to
-    capacity"; Pareto Eq. 10's R_avg / C.
+    O_thr = measured throughput / link capacity; Astraea Fig. 19 ("Throughput and latency are
+    normalized to link capacity and base RTT respectively"); Pareto Eq. 10's R_avg / C.
     """
     return _sum_ratio(served, capacity, axis, 0.0)
 
@@ -115,7 +115,8 @@ def latency_ratio(rtt: Array, base_rtt: Array, weights: Array | None = None,
     divides by the minimum mean latency observed so far; that is a controller feature, not this
     metric.
 
-    Source: MOCC §6.1, Fig. 5(e-h); Astraea §5 "latency normalised to base RTT".
+    Source: MOCC §6.1, Fig. 5(e-h); Astraea Fig. 19 and 21 (latency "normalized to the base
+    RTT").
     """
     mean = _f(rtt) if axis is None else weighted_mean(rtt, weights, axis)
     return _ratio_or(mean, _f(base_rtt), jnp.nan)
@@ -393,13 +394,15 @@ def friendliness_ratio(test_thr: Array, cubic_thr: Array, axis: int | None = Non
     (Fig. 14) generalises to one tested flow against several Cubic flows: the tested flow's
     throughput over the *average* throughput of the Cubic flows; pass those along ``axis``.
     Choice: throughputs are average delivery rates over each flow's lifetime (``summarize``'s
-    ``throughput_mbps``). x / 0 = +inf for x > 0 and NaN for 0 / 0.
+    ``throughput_mbps``). x / 0 = +inf for x > 0 (Cubic starved) and NaN for 0 / 0; NaN where
+    either throughput is NaN (e.g. no Cubic flow to compare with), never +inf.
     """
     c = _f(cubic_thr)
     if axis is not None:
         c = jnp.mean(c, axis)
     t = _f(test_thr)
-    return jnp.where(c > 0, t / jnp.where(c > 0, c, 1.0), jnp.where(t > 0, jnp.inf, jnp.nan))
+    ratio = jnp.where(c > 0, t / jnp.where(c > 0, c, 1.0), jnp.where(t > 0, jnp.inf, jnp.nan))
+    return jnp.where(jnp.isnan(c) | jnp.isnan(t), jnp.nan, ratio)
 
 
 def ankh_number(throughput: Array, capacity: Array, delay_p95: Array, loss_fraction: Array,
@@ -411,7 +414,8 @@ def ankh_number(throughput: Array, capacity: Array, delay_p95: Array, loss_fract
     R_avg: average throughput (the *aggregate* of all flows on a shared link), C: the link's
     average bandwidth (same unit), d_95: 95th-percentile one-way delay, d_max: the largest d_95
     among the compared schemes in the same environment (default: the max of ``delay_p95`` along
-    ``axis``, i.e. pass one environment's schemes along ``axis``), l_avg: loss rate as a
+    ``axis`` over the schemes that have one, i.e. pass one environment's schemes along ``axis``;
+    a scheme without a delay, NaN, gets NaN and does not blank the others), l_avg: loss rate as a
     *fraction* (Table II prints %: divide by 100).
 
     Source: Pareto Eq. 10 and Table II. The printed Eq. 10, ((1 − U) + |(d_max − d_95)/d_max|
@@ -424,7 +428,7 @@ def ankh_number(throughput: Array, capacity: Array, delay_p95: Array, loss_fract
     ms). No clipping: R_avg > C gives a negative first term.
     """
     d95 = _f(delay_p95)
-    dmax = jnp.max(d95, axis=axis, keepdims=True) if d_max is None else _f(d_max)
+    dmax = jnp.nanmax(d95, axis=axis, keepdims=True) if d_max is None else _f(d_max)
     return ((1.0 - _f(throughput) / _f(capacity)) + d95 / dmax + _f(loss_fraction)) / 3.0
 
 
@@ -441,9 +445,10 @@ def mocc_objectives(throughput: Array, capacity: Array, latency: Array, base_lat
     are the packets sent (pass ``loss_rate(lost, sent)``); O_thr and O_lat are clipped at 1 (the
     paper says each term is "normalized to [0,1]"; measured throughput can briefly exceed the
     capacity and an RTT sample can undercut the nominal base); a latency that is not a positive
-    finite number (no RTT sample in the interval) gives O_lat = 0 (the worst), so a reward never
-    becomes NaN. In simulation the capacity and base latency are the link's true parameters; MOCC
-    online uses the measured maximum throughput and minimum delay instead.
+    finite number (no RTT sample in the interval) gives O_lat = 0 (the worst), so a missing
+    latency does not make the reward NaN (a NaN throughput, capacity or loss still does: those
+    are the caller's to supply). In simulation the capacity and base latency are the link's
+    true parameters; MOCC online uses the measured maximum throughput and minimum delay instead.
     """
     o_thr = jnp.clip(_ratio_or(_f(throughput), _f(capacity), 0.0), 0.0, 1.0)
     lat = _f(latency)
@@ -596,7 +601,11 @@ def summary_metrics(summary: dict, *, stop_s: Sequence[float] | None = None,
                                  else math.nan)
 
     loss_frac = out["loss_rate"]
-    agg = float(thr_avg.sum())
+    # Pareto's R_avg on a shared link is what the link carried over the run: utilization times
+    # the mean capacity (= Σ served / duration). Not Σ of the flows' throughput_mbps: each is
+    # averaged over its own active time, so with staggered starts (Pareto's shared-link runs
+    # start flows 2 s apart) their sum overstates the aggregate and can exceed the capacity.
+    agg = out["utilization"] * cap_mean
     out["ankh_inputs"] = {"throughput_mbps": agg, "capacity_mbps": cap_mean,
                           "p95_one_way_delay_ms": out["p95_one_way_delay_ms"],
                           "loss_fraction": loss_frac}
@@ -610,7 +619,10 @@ def summary_metrics(summary: dict, *, stop_s: Sequence[float] | None = None,
             float).tolist()
     if cubic_flows is not None:
         cub = [int(c) for c in cubic_flows]
-        cmean = thr_avg[cub].mean() if cub else math.nan
+        if not cub or any(not 0 <= c < F for c in cub):
+            raise ValueError(f"cubic_flows {cub} must name at least one of the {F} flows "
+                             f"(indices 0..{F - 1})")
+        cmean = thr_avg[cub].mean()
         out["friendliness"] = {i: float(friendliness_ratio(thr_avg[i], cmean))
                                for i in range(F) if i not in cub}
     return out
