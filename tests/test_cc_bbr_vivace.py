@@ -140,6 +140,24 @@ def test_bbr_random_start_phase_is_deterministic_and_never_the_drain_phase():
     assert (other != ph).any()  # the seed changes the draw
 
 
+def test_bbr_start_phase_follows_the_flow_not_its_position_in_the_array():
+    # On the CPU the batch driver hands on_interval only the flows whose MI ended, gathered
+    # across the batch (sim.compact): a flow's draw must be the same at any position.
+    F = 16
+    seeds = BBR().default_params(F).phase_seed
+    np.testing.assert_array_equal(np.asarray(seeds), np.arange(F))
+    rtts = jnp.full(F, 0.04, jnp.float32)  # one base RTT for all
+    entry = jnp.ones(F, jnp.int32)
+    ph = np.asarray(bbr_mod.random_start_phase(rtts, seeds, entry))
+    assert len(set(ph.tolist())) > 1  # flows with one base RTT do not all cycle in step
+    for i in (0, 5, 15):
+        one = bbr_mod.random_start_phase(rtts[i:i + 1], seeds[i:i + 1], entry[i:i + 1])
+        assert int(one[0]) == ph[i]
+    perm = np.random.default_rng(0).permutation(F)
+    np.testing.assert_array_equal(
+        np.asarray(bbr_mod.random_start_phase(rtts[perm], seeds[perm], entry[perm])), ph[perm])
+
+
 def test_bbr_probe_rtt_after_ten_seconds_without_a_new_min():
     c = BBR()
     p = c.default_params(1)

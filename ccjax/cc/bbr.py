@@ -19,7 +19,9 @@ A state machine chooses the gains (draft §4.3; Linux ``bbr_update_model``):
   (``bbr_is_next_cycle_phase``): a phase lasts one RTprop; the 5/4 phase in addition lasts until
   the flight reaches ``5/4 BDP`` or a loss is seen, the 3/4 phase ends early once the flight is
   down to one BDP. The cycle starts at a random phase other than 3/4;
-* PROBE_RTT: entered when RTprop has not been refreshed (a strictly lower sample) for 10 s; the
+* PROBE_RTT: entered when RTprop has not been refreshed (a strictly lower sample, Linux's
+  ``bbr_update_min_rtt``; the draft's ``BBRUpdateRTprop`` also refreshes on an equal one, which on
+  a link of fixed delay postpones PROBE_RTT for as long as the queue empties) for 10 s; the
   window drops to 4 packets (``bbr_cwnd_min_target``) and stays there for
   ``max(200 ms, one round)`` counted from when the flight first fell to 4 packets; then RTprop's
   timestamp restarts, the window before PROBE_RTT is restored and BBR returns to PROBE_BW (or to
@@ -66,10 +68,13 @@ How the per-ACK machinery maps onto MIs (one MI = one RTprop estimate):
   has stopped): RTprop's timer does not run, as Linux does not probe RTT right after idle.
 
 Random start phase: the Controller API carries no PRNG key, so the phase is drawn from a
-deterministic integer hash (murmur3's finalizer) of the flow index, the bit pattern of its base
-RTT, the ``phase_seed`` parameter and the number of PROBE_BW entries so far. Integer hashing is
-exact on every backend, so CPU and GPU runs draw the same phases; change ``phase_seed`` to draw
-others.
+deterministic integer hash (murmur3's finalizer) of the flow's ``phase_seed`` parameter (its flow
+index by default, so flows with one base RTT draw different phases), the bit pattern of its base
+RTT and the number of PROBE_BW entries so far. Nothing in the hash is the flow's position in the
+array ``on_interval`` is handed: on the CPU the batch driver hands it only the flows whose MI
+ended, gathered across the batch (``sim.compact``). Integer hashing is exact on every backend, so
+CPU and GPU runs, and a link alone or in any batch, draw the same phases; change ``phase_seed``
+to draw others.
 
 Loss: BBR v1 does not react to loss (besides leaving the 5/4 phase); Linux's packet conservation
 during fast recovery (``bbr_set_cwnd_to_recover_or_restore``) is a per-ACK refinement that is left
@@ -127,7 +132,8 @@ class BBRParams(struct.PyTreeNode):
     pacing_margin: jnp.ndarray  # (F,) pace this fraction below the model (0.01)
     quantum_s: jnp.ndarray  # (F,) send quantum as time at the pacing rate, s (1 ms)
     init_cwnd_pkts: jnp.ndarray  # (F,) initial window, packets (RFC 6928: 10)
-    phase_seed: jnp.ndarray  # (F,) int32 salt of the random PROBE_BW start phase
+    phase_seed: jnp.ndarray  # (F,) int32 salt of the random PROBE_BW start phase (default:
+                             # the flow index)
 
 
 class BBRState(struct.PyTreeNode):
@@ -175,13 +181,12 @@ def random_start_phase(base_rtt_s: jnp.ndarray, seed: jnp.ndarray,
     """(F,) int32 PROBE_BW start phase, uniform over the seven phases other than 3/4.
 
     Linux ``bbr_reset_probe_bw_mode``: ``cycle_idx = CYCLE_LEN - 1 - rand(bbr_cycle_rand = 7)``,
-    then one advance, i.e. one of phases 2..7 and 0. Drawn from a hash of the flow index, its
-    base RTT's bits, ``seed`` and the entry count (see the module docstring)."""
-    idx = jnp.arange(base_rtt_s.shape[-1], dtype=jnp.uint32)
+    then one advance, i.e. one of phases 2..7 and 0. Drawn from a hash of each flow's ``seed``
+    (its flow index by default), its base RTT's bits and the entry count, elementwise: a flow's
+    phase does not depend on where in the array it sits (see the module docstring)."""
     rtt_bits = jax.lax.bitcast_convert_type(jnp.asarray(base_rtt_s, jnp.float32), jnp.uint32)
-    h = _fmix32(idx * jnp.uint32(0x9E3779B9) + jnp.uint32(0x632BE5AB))
+    h = _fmix32(seed.astype(jnp.uint32) * jnp.uint32(0x9E3779B9) + jnp.uint32(0x632BE5AB))
     h = _fmix32(h ^ rtt_bits)
-    h = _fmix32(h ^ seed.astype(jnp.uint32))
     h = _fmix32(h ^ entry.astype(jnp.uint32))
     r = (h % jnp.uint32(CYCLE_LEN - 1)).astype(jnp.int32)  # 0..6
     return (CYCLE_LEN - 1 - r + 1) % CYCLE_LEN  # 7 - r, then advance once: {0, 2, ..., 7}
@@ -204,7 +209,7 @@ class BBR:
                          full_bw_rounds=full(3, jnp.int32), rtprop_win_s=full(10.0),
                          probe_rtt_s=full(0.2), pacing_margin=full(0.01),
                          quantum_s=full(1e-3), init_cwnd_pkts=full(10.0),
-                         phase_seed=full(0, jnp.int32))
+                         phase_seed=jnp.arange(n_flows, dtype=jnp.int32))
 
     def init(self, params: BBRParams, base_rtt_s: jnp.ndarray):
         p = params
