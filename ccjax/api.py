@@ -33,6 +33,25 @@ def _per_flow(values: Sequence[float], n: int, field: str) -> list[float]:
     return v
 
 
+def _check_flows_start(links: Sequence[LinkSpec], duration_s: float) -> None:
+    """Every flow must start within the run: one that starts at or after its end never sends,
+    and its row of the summary would describe nothing."""
+    for i, spec in enumerate(links):
+        for f, st in enumerate(spec.start_s):
+            if st >= duration_s:
+                raise ConfigError(
+                    f"start_s={st:g} is invalid (link {i}, flow {f}): before the run's end "
+                    f"({duration_s:g} s); a flow that starts later never sends (give earlier "
+                    "start times or a longer duration)")
+
+
+def _pad(values: list, n_real: int, n_flows: int, field: str) -> list:
+    """One value, or one per flow of the widest link (``n_real``), extended to the compiled
+    ``n_flows`` slots (the extra slots hold no flow)."""
+    v = _per_flow(values, n_real, field)
+    return v + [v[-1]] * (n_flows - n_real)
+
+
 def simulate(
     links: Sequence[LinkSpec],
     *,
@@ -41,35 +60,42 @@ def simulate(
     duration_s: float = 20.0,
     model: str = "packet",
     seed: int = 0,
-    series_interval_s: float = 0.1,
+    series_interval_s: float | None = None,
     tick_s: float = 1e-3,
     max_flows: int | None = None,
     window_sender: str = "paced",
     retx_loss: bool = False,
 ) -> RunResult:
     """Simulate a batch of links, every flow driven by controller ``cc`` (one name, or one per
-    flow), for ``duration_s`` seconds; returns the run with per-interval series."""
+    flow), for ``duration_s`` seconds; returns the run with per-interval series, each
+    ``series_interval_s`` long (default 0.1 s, or the whole run if it is shorter; an explicit
+    value longer than the run is an error, not shortened)."""
     require(model in MODELS, "model", model, f"one of {', '.join(MODELS)}")
-    require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s, "> 0 s")
-    require(math.isfinite(series_interval_s) and series_interval_s > 0, "series_interval_s",
-            series_interval_s, "> 0 s")
-    require(series_interval_s >= tick_s, "series_interval_s", series_interval_s,
-            f">= the tick ({tick_s} s)")
-    require(isinstance(seed, int) and seed >= 0, "seed", seed, "an integer >= 0")
+    require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s,
+            "a finite number > 0 s")
+    require(math.isfinite(tick_s) and 1e-6 <= tick_s <= 1.0, "tick_s", tick_s, "from 1e-6 to 1 s")
+    if series_interval_s is None:
+        series_interval_s = max(min(0.1, duration_s), tick_s)
+    require(math.isfinite(series_interval_s) and tick_s <= series_interval_s <= duration_s,
+            "series_interval_s", series_interval_s,
+            f"from the tick ({tick_s:g} s) to the run's duration ({duration_s:g} s)")
+    require(isinstance(seed, int) and 0 <= seed < 2**32, "seed", seed,
+            "an integer from 0 to 2**32 - 1")
     if not links:
         raise ConfigError("links=[] is invalid: at least one link is needed")
-    n_flows = max(s.n_flows for s in links)
+    n_real = n_flows = max(s.n_flows for s in links)
     if max_flows is not None:
         require(isinstance(max_flows, int) and max_flows >= 1, "max_flows", max_flows,
                 "an integer >= 1")
         require(n_flows <= max_flows, "flows", n_flows, f"at most max_flows={max_flows}")
         n_flows = max_flows
+    _check_flows_start(links, duration_s)
     names = [cc] if isinstance(cc, str) else list(cc)
-    names = _per_flow(names, n_flows, "cc")
+    names = _pad(names, n_real, n_flows, "cc")
     distinct = sorted(set(names))
     members = [get_controller(n) for n in distinct]
     rates = [rate_mbps] if isinstance(rate_mbps, int | float) else list(rate_mbps)
-    rates = _per_flow(rates, n_flows, "rate_mbps")
+    rates = _pad(rates, n_real, n_flows, "rate_mbps")
     for r in rates:
         require(math.isfinite(r) and r > 0, "rate_mbps", r, "a rate > 0 Mbps")
 
@@ -124,11 +150,15 @@ def run_controller(
 
     ``params`` are the controller's dynamic parameters for one link (flow axis ``F`` = the
     largest flow count); ``None`` takes ``controller.default_params(F)``. This is the entry point
-    for controllers under development, tests, and parameter studies. ``link_seeds`` (one per
-    link) makes each link's random draws its own, whatever else is in the batch; by default the
-    links' keys are split from ``seed``."""
+    for controllers under development, tests, and parameter studies; unlike ``simulate`` it lets
+    a flow start after the run's end (to look at a controller before its flow starts).
+    ``link_seeds`` (one per link) makes each link's random draws its own, whatever else is in
+    the batch; by default the links' keys are split from ``seed``."""
     require(model in MODELS, "model", model, f"one of {', '.join(MODELS)}")
-    require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s, "> 0 s")
+    require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s,
+            "a finite number > 0 s")
+    require(isinstance(seed, int) and 0 <= seed < 2**32, "seed", seed,
+            "an integer from 0 to 2**32 - 1")
     if not links:
         raise ConfigError("links=[] is invalid: at least one link is needed")
     n_flows = max(s.n_flows for s in links)
@@ -157,14 +187,25 @@ def link_from_flags(
     trace_name: str = "trace",
 ) -> LinkSpec:
     """An explicit dumbbell: ``flows`` flows over one bottleneck. ``buffer_pkts`` defaults to one
-    bandwidth-delay product of the largest RTT (at least one packet)."""
+    bandwidth-delay product of the largest RTT (at least one packet), at ``bw_mbps`` or, with a
+    ``trace`` (which replaces ``bw_mbps``), at the trace's mean rate."""
     require(isinstance(flows, int) and flows >= 1, "flows", flows, "an integer >= 1")
     rtts = _per_flow(rtt_ms, flows, "rtt_ms")
     starts = _per_flow(start_s if start_s is not None else [0.0], flows, "start_s")
     stops = _per_flow(stop_s, flows, "stop_s") if stop_s is not None else None
-    if buffer_pkts is None:
+    if trace is None:
         require(math.isfinite(bw_mbps) and bw_mbps > 0, "bw_mbps", bw_mbps, "a number > 0 Mbps")
-        bdp = mbps_to_bytes_per_s(bw_mbps) * max(rtts) * 1e-3 / 1500.0
+    if buffer_pkts is None:
+        for r in rtts:
+            require(math.isfinite(r) and r > 0, "rtt_ms", r, "a number > 0 ms")
+        if trace is None:
+            rate = mbps_to_bytes_per_s(bw_mbps)
+        else:
+            from ccjax.sim.trace import mean_rate_bytes_per_s, validate_stamps
+
+            validate_stamps(np.asarray(trace), trace_name)
+            rate = mean_rate_bytes_per_s(np.asarray(trace))
+        bdp = rate * max(rtts) * 1e-3 / 1500.0
         buffer_pkts = float(max(1, round(bdp)))
     return LinkSpec(bandwidth_mbps=(bw_mbps,), buffer_pkts=buffer_pkts, loss=loss, rtt_ms=rtts,
                     start_s=starts, stop_s=stops, trace=trace, trace_name=trace_name)

@@ -14,10 +14,21 @@ from collections.abc import Sequence
 from ccjax.errors import ConfigError
 
 
+def _items(text: str, field: str, what: str) -> list[str]:
+    """The comma-separated items of ``text``; an empty item (``a,,b``, ``a,``, ``""``) is an
+    error rather than dropped, so a list never silently loses an entry."""
+    items = [x.strip() for x in text.split(",")]
+    if not all(items):
+        raise argparse.ArgumentTypeError(
+            f"{field}={text!r} is invalid: {what}, comma-separated, without empty items")
+    return items
+
+
 def _floats(field: str):
     def parse(text: str) -> list[float]:
+        items = _items(text, field, "a number or a list of numbers")
         try:
-            return [float(x) for x in text.split(",") if x.strip()]
+            return [float(x) for x in items]
         except ValueError:
             raise argparse.ArgumentTypeError(
                 f"{field}={text!r} is invalid: a number or a comma-separated list of numbers"
@@ -26,8 +37,21 @@ def _floats(field: str):
     return parse
 
 
-def _names(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
+def _ints(field: str):
+    def parse(text: str) -> list[int]:
+        items = _items(text, field, "an integer or a list of integers")
+        try:
+            return [int(x) for x in items]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{field}={text!r} is invalid: an integer or a comma-separated list of integers"
+            ) from None
+
+    return parse
+
+
+def _names_of(field: str):
+    return lambda text: _items(text, field, "a name or a list of names")
 
 
 def _add_simulate(sub) -> None:
@@ -37,22 +61,26 @@ def _add_simulate(sub) -> None:
         " a per-flow table (or --json) and optionally plot it.")
     p.add_argument("--scenario", help="a preset name (see `ccjax scenarios`) or a TOML path;"
                    " without it an explicit dumbbell is built from the flags")
-    p.add_argument("--cc", type=_names, default=["const"],
+    p.add_argument("--cc", type=_names_of("cc"), default=["const"],
                    help="controller, or one per flow, comma-separated (default const)")
-    p.add_argument("--rate-mbps", type=_floats("rate_mbps"), default=[8.0],
+    p.add_argument("--rate-mbps", type=_floats("rate_mbps"), default=None,
                    help="sending rate of const flows, one or one per flow (default 8)")
-    p.add_argument("--flows", type=int, default=2, help="number of flows (default 2)")
+    p.add_argument("--flows", type=int, default=None, help="number of flows (default 2)")
     p.add_argument("--max-flows", type=int, default=None,
                    help="F_max, the static flow capacity of the compiled simulator")
-    p.add_argument("--bw-mbps", type=float, default=12.0, help="bottleneck Mbps (default 12)")
-    p.add_argument("--rtt-ms", type=_floats("rtt_ms"), default=[40.0],
+    p.add_argument("--bw-mbps", type=float, default=None, help="bottleneck Mbps (default 12)")
+    p.add_argument("--rtt-ms", type=_floats("rtt_ms"), default=None,
                    help="base RTT, one or one per flow (default 40)")
     p.add_argument("--start-s", type=_floats("start_s"), default=None,
-                   help="flow start times (default: flow 0 at 0 s, the others 5 s apart)")
+                   help="flow start times (default: flow 0 at 0 s, the others 5 s apart, or "
+                   "closer where the last would start after three quarters of the run: evenly "
+                   "within them)")
     p.add_argument("--stop-s", type=_floats("stop_s"), default=None, help="flow stop times")
     p.add_argument("--buffer-pkts", type=float, default=None,
-                   help="drop-tail buffer in packets (default one BDP of the largest RTT)")
-    p.add_argument("--loss", type=float, default=0.0, help="random loss probability")
+                   help="drop-tail buffer in packets (default one BDP of the largest RTT, at the "
+                   "trace's mean rate with --trace)")
+    p.add_argument("--loss", type=float, default=None,
+                   help="random loss probability (default 0)")
     p.add_argument("--trace", help="mahimahi trace file for the bottleneck (replaces --bw-mbps)")
     p.add_argument("--duration-s", type=float, default=None,
                    help="simulated seconds (default 20, or the scenario's)")
@@ -67,9 +95,16 @@ def _add_simulate(sub) -> None:
     p.add_argument("--tick-ms", type=float, default=1.0, help="simulator tick (default 1 ms)")
     p.add_argument("--links", type=int, default=1, help="links to sample from a scenario")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--series-interval-s", type=float, default=0.1)
+    p.add_argument("--series-interval-s", type=float, default=None,
+                   help="length of the summary's time-series slots (default 0.1 s, or the whole "
+                   "run if shorter; at most the run's duration)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", help="write throughput/RTT/queue plot (.png or .pdf)")
+
+
+#: the flags that build an explicit dumbbell; a scenario brings its own links
+_DUMBBELL_FLAGS = ("flows", "bw_mbps", "rtt_ms", "start_s", "stop_s", "buffer_pkts", "loss",
+                   "trace")
 
 
 def _links_for(args):
@@ -79,6 +114,11 @@ def _links_for(args):
     if args.scenario:
         from ccjax.sim.scenario import load_scenario
 
+        given = [f"--{f.replace('_', '-')}" for f in _DUMBBELL_FLAGS
+                 if getattr(args, f) is not None]
+        if given:
+            raise ConfigError(f"{', '.join(given)} cannot be combined with --scenario: a scenario "
+                              "brings its own links (edit a copy of its TOML instead)")
         if args.links < 1:
             raise ConfigError(f"links={args.links} is invalid: an integer >= 1")
         sc = load_scenario(args.scenario)
@@ -87,15 +127,24 @@ def _links_for(args):
         return specs, duration, sc.max_flows, sc.name
     if args.links != 1:
         raise ConfigError("links is only for --scenario; an explicit dumbbell is one link")
-    if args.flows < 1:
-        raise ConfigError(f"flows={args.flows} is invalid: an integer >= 1")
-    start = args.start_s if args.start_s is not None else [5.0 * i for i in range(args.flows)]
+    flows = 2 if args.flows is None else args.flows
+    if flows < 1:
+        raise ConfigError(f"flows={flows} is invalid: an integer >= 1")
+    if args.trace is not None and args.bw_mbps is not None:
+        raise ConfigError("--bw-mbps cannot be combined with --trace: the trace is the "
+                          "bottleneck's capacity")
+    if args.trace == "":
+        raise ConfigError("trace='' is invalid: a mahimahi trace file's path")
+    duration = args.duration_s if args.duration_s is not None else 20.0
+    gap = min(5.0, 0.75 * duration / (flows - 1)) if flows > 1 else 0.0
+    start = args.start_s if args.start_s is not None else [gap * i for i in range(flows)]
     trace = load_mahimahi(args.trace) if args.trace else None
     spec = link_from_flags(
-        flows=args.flows, bw_mbps=args.bw_mbps, rtt_ms=args.rtt_ms, start_s=start,
-        stop_s=args.stop_s, buffer_pkts=args.buffer_pkts, loss=args.loss, trace=trace,
+        flows=flows, bw_mbps=12.0 if args.bw_mbps is None else args.bw_mbps,
+        rtt_ms=[40.0] if args.rtt_ms is None else args.rtt_ms, start_s=start,
+        stop_s=args.stop_s, buffer_pkts=args.buffer_pkts,
+        loss=0.0 if args.loss is None else args.loss, trace=trace,
         trace_name=args.trace or "trace")
-    duration = args.duration_s if args.duration_s is not None else 20.0
     return [spec], duration, None, "dumbbell"
 
 
@@ -123,15 +172,24 @@ def _print_table(summary: dict, name: str) -> None:
 
 
 def cmd_simulate(args) -> int:
+    import math
+
     from ccjax.api import simulate
     from ccjax.plot import check_plot_path, plot_run
 
-    if args.plot:
+    if args.plot is not None:
         check_plot_path(args.plot)
+    if not (math.isfinite(args.tick_ms) and 1e-3 <= args.tick_ms <= 1e3):
+        raise ConfigError(f"tick_ms={args.tick_ms} is invalid: from 0.001 to 1000 ms")
+    if args.rate_mbps is not None and "const" not in args.cc:
+        raise ConfigError(f"--rate-mbps is only for const flows; --cc {','.join(args.cc)} has "
+                          "none")
     specs, duration, max_flows, name = _links_for(args)
-    res = simulate(specs, cc=args.cc, rate_mbps=args.rate_mbps, duration_s=duration,
+    res = simulate(specs, cc=args.cc, rate_mbps=[8.0] if args.rate_mbps is None else
+                   args.rate_mbps, duration_s=duration,
                    model=args.model, seed=args.seed, series_interval_s=args.series_interval_s,
-                   tick_s=args.tick_ms * 1e-3, max_flows=args.max_flows or max_flows,
+                   tick_s=args.tick_ms * 1e-3,
+                   max_flows=args.max_flows if args.max_flows is not None else max_flows,
                    window_sender=args.window_sender, retx_loss=args.retx_loss)
     summaries = [res.summary(i) for i in range(len(specs))]
     for s in summaries:
@@ -141,15 +199,20 @@ def cmd_simulate(args) -> int:
     out["scenario"] = name
     if len(summaries) > 1:
         out["batch"] = summaries
-    if args.plot:
-        plot_run(summaries[0], args.plot, title=name)
+    # The results first: a plot that cannot be written after all loses nothing of the run.
     if args.json:
-        print(json.dumps(out))
+        print(json.dumps(out), flush=True)
     else:
         _print_table(summaries[0], name)
         if len(summaries) > 1:
             print(f"({len(summaries)} links simulated; --json prints every link)")
-        if args.plot:
+    if args.plot:
+        try:
+            plot_run(summaries[0], args.plot, title=name)
+        except OSError as e:
+            raise ConfigError(f"plot={args.plot!r} could not be written: "
+                              f"{e.strerror or e}") from None
+        if not args.json:
             print(f"plot written to {args.plot}")
     return 0
 
@@ -278,6 +341,9 @@ def cmd_validate(args) -> int:
 def cmd_bench_train(args) -> int:
     from ccjax.bench import bench_train
 
+    if args.batches and len(args.batches) > 1:
+        raise ConfigError(f"batches={args.batches} is invalid for `bench train`: one number of "
+                          "parallel environments")
     n_envs = args.batches[0] if args.batches else 1024
     if n_envs < 2 or args.iters < 1:
         raise ConfigError(f"--batches {n_envs} / --iters {args.iters} is invalid: n_envs >= 2, "
@@ -333,16 +399,49 @@ def cmd_bench_sweep(args) -> int:
     return 0
 
 
+#: ``ccjax bench`` flags, the benchmarks each applies to, and their defaults (None: none)
+_BENCH_FLAGS = {
+    "batches": (("sim", "train"), None), "algo": (("train",), "ppo-mocc"),
+    "iters": (("train", "sweep"), 10), "shard": (("train",), False),
+    "models": (("sim",), ["fluid", "packet"]), "duration_s": (("sim",), 2.0),
+    "tick_ms": (("sim",), 1.0), "workloads": (("sim",), ["const", "cubic"]),
+    "no_ns3": (("sim",), False), "ns3_duration_s": (("sim",), 30.0),
+    "spec": (("sweep",), "ppo-mocc-hparams"), "trials": (("sweep",), 64),
+    "envs": (("sweep",), None), "batch": (("sweep",), None), "set": (("sweep",), None),
+    "keep": (("sweep",), None),
+}
+
+
+def _bench_flags(args) -> None:
+    """Refuse the flags of another benchmark (they would be ignored), then fill the defaults."""
+    import math
+
+    if args.what not in ("sim", "train", "sweep"):
+        raise ConfigError(f"bench={args.what!r} is invalid: known benchmarks are sim, train, "
+                          "sweep")
+    stray = [f"--{k.replace('_', '-')}" for k, (whom, default) in _BENCH_FLAGS.items()
+             if args.what not in whom and getattr(args, k) is not None
+             and getattr(args, k) is not False]
+    if stray:
+        raise ConfigError(f"{', '.join(stray)} cannot be used with `ccjax bench {args.what}`: "
+                          "another benchmark's flag (see `ccjax bench --help`)")
+    for k, (_, default) in _BENCH_FLAGS.items():
+        if getattr(args, k) is None:
+            setattr(args, k, default)
+    for k in ("duration_s", "ns3_duration_s", "tick_ms"):
+        v = getattr(args, k)
+        if not (math.isfinite(v) and v > 0):
+            raise ConfigError(f"{k}={v} is invalid: a finite number > 0")
+
+
 def cmd_bench(args) -> int:
     from ccjax.bench import bench_sim
 
+    _bench_flags(args)
     if args.what == "train":
         return cmd_bench_train(args)
     if args.what == "sweep":
         return cmd_bench_sweep(args)
-    if args.what != "sim":
-        raise ConfigError(f"bench={args.what!r} is invalid: known benchmarks are sim, train, "
-                          "sweep")
     args.batches = args.batches or [1, 64, 1024, 8192]
     for b in args.batches:
         if b < 1:
@@ -353,8 +452,6 @@ def cmd_bench(args) -> int:
     for w in args.workloads:
         if w not in ("const", "cubic"):
             raise ConfigError(f"workloads={args.workloads} is invalid: const and/or cubic")
-    if not (args.duration_s > 0 and args.ns3_duration_s > 0 and args.tick_ms > 0):
-        raise ConfigError("--duration-s, --ns3-duration-s and --tick-ms must be > 0")
     use_ns3 = "cubic" in args.workloads and not args.no_ns3
     if use_ns3:
         from ccjax import ns3
@@ -504,9 +601,9 @@ def _add_eval(sub) -> None:
         "same links sampled from a scenario and print one table: per method the means over "
         "links of utilization, latency ratio, p95 one-way delay, loss, MOCC reward w^T O and "
         "throughput (definitions: ccjax.evaluate).")
-    e.add_argument("--model", type=_names, default=[],
+    e.add_argument("--model", type=_names_of("model"), default=[],
                    help="policy directories (holding policy.json), comma-separated")
-    e.add_argument("--cc", type=_names, default=[],
+    e.add_argument("--cc", type=_names_of("cc"), default=[],
                    help="classic controllers by name, comma-separated (e.g. cubic,bbr)")
     e.add_argument("--scenario", default="mocc-test",
                    help="preset name or TOML path (default mocc-test)")
@@ -719,8 +816,8 @@ def _add_prefeval(sub) -> None:
                    "the scenario's)")
     p.add_argument("--sim-model", choices=["packet", "fluid"], help="simulator model "
                    "(default packet)")
-    p.add_argument("--classic", type=_names, help="classic controllers, comma-separated "
-                   "(default bbr,copa,cubic,vegas,vivace)")
+    p.add_argument("--classic", type=_names_of("classic"), help="classic controllers, "
+                   "comma-separated (default bbr,copa,cubic,vegas,vivace)")
     p.add_argument("--max-links", type=int, help="simulated links per compiled program "
                    "(default 0: a trial's whole grid at once)")
     p.add_argument("--trial", action="append", help="only this trial id (repeatable)")
@@ -770,27 +867,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_validate(sub)
     b = sub.add_parser("bench", help="measure speed (compile time reported separately)")
     b.add_argument("what", help="what to benchmark: sim | train | sweep")
-    b.add_argument("--batches", type=lambda s: [int(x) for x in s.split(",")],
+    b.add_argument("--batches", type=_ints("batches"),
                    default=None, help="sim: link batch sizes (default 1,64,1024,8192); train: "
                    "parallel environments (default 1024)")
-    b.add_argument("--algo", default="ppo-mocc", help="train: algorithm preset")
-    b.add_argument("--iters", type=int, default=10, help="train: iterations timed; sweep: "
+    b.add_argument("--algo", default=None, help="train: algorithm preset (default ppo-mocc)")
+    b.add_argument("--iters", type=int, default=None, help="train: iterations timed; sweep: "
                    "iterations per trial (default 10)")
     b.add_argument("--shard", action="store_true",
                    help="train: split the environments over all devices (default: one device)")
-    b.add_argument("--models", type=_names, default=["fluid", "packet"])
-    b.add_argument("--duration-s", type=float, default=2.0, help="simulated seconds per run")
-    b.add_argument("--tick-ms", type=float, default=1.0, help="simulator tick (default 1 ms)")
-    b.add_argument("--workloads", type=_names, default=["const", "cubic"],
+    b.add_argument("--models", type=_names_of("models"), default=None,
+                   help="sim: fluid and/or packet (default both)")
+    b.add_argument("--duration-s", type=float, default=None,
+                   help="sim: simulated seconds per run (default 2)")
+    b.add_argument("--tick-ms", type=float, default=None,
+                   help="sim: simulator tick (default 1 ms)")
+    b.add_argument("--workloads", type=_names_of("workloads"), default=None,
                    help="const (default scenario, constant-rate flows) and/or cubic (4 CUBIC "
                         "flows); default both")
     b.add_argument("--no-ns3", action="store_true",
                    help="skip timing ns-3 on the CUBIC dumbbell (needs libns3-dev)")
-    b.add_argument("--ns3-duration-s", type=float, default=30.0,
-                   help="simulated seconds of the ns-3 run (default 30)")
-    b.add_argument("--spec", default="ppo-mocc-hparams",
+    b.add_argument("--ns3-duration-s", type=float, default=None,
+                   help="sim: simulated seconds of the ns-3 run (default 30)")
+    b.add_argument("--spec", default=None,
                    help="sweep: the sweep spec (name or path; default ppo-mocc-hparams)")
-    b.add_argument("--trials", type=int, default=64,
+    b.add_argument("--trials", type=int, default=None,
                    help="sweep: the spec's first N trials (default 64)")
     b.add_argument("--envs", type=int, help="sweep: environments per trial (default: the "
                    "spec's)")
@@ -842,7 +942,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "ns3-bundle":
             from ccjax import ns3
 
-            prog = ns3.bundle(args.dir)
+            try:
+                prog = ns3.bundle(args.dir)
+            except OSError as e:
+                where = f"{e.filename}: " if e.filename else ""
+                raise ConfigError(f"dir={args.dir!r} is invalid: {where}{e.strerror or e}"
+                                  ) from None
             print(f"bundled: {prog} (run it elsewhere with {ns3.PROGRAM_ENV}={prog})")
             return 0
         if args.command == "train":

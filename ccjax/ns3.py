@@ -308,6 +308,11 @@ def bundle(dest: str | Path) -> Path:
     dest = Path(dest).expanduser().resolve()
     require(not dest.exists() or (dest.is_dir() and not any(dest.iterdir())), "dest",
             str(dest), "a folder that does not exist yet or is empty")
+    up = dest.parent
+    while not up.exists():
+        up = up.parent
+    require(up.is_dir() and os.access(up, os.W_OK | os.X_OK), "dest", str(dest),
+            f"a folder that can be made: {up} is not a writable folder")
     if os.environ.get(PROGRAM_ENV):
         raise ConfigError(f"{PROGRAM_ENV} is set: unset it to bundle the program built from "
                           f"{source_path()}")

@@ -101,10 +101,53 @@ def test_simulate_table(capsys):
     (["--cc", "warp"], ["cc", "const"]),
     (["--plot", "out.gif"], ["plot", ".png"]),
     (["--duration-s", "0"], ["duration_s"]),
+    # no list item is dropped, nothing is clamped or ignored, a flow must start within the run
+    (["--cc", "cubic,,bbr"], ["cc=", "empty items"]),
+    (["--rtt-ms", "40,"], ["rtt_ms=", "empty items"]),
+    (["--start-s", "0,30", "--duration-s", "5"], ["start_s=30", "flow 1", "5 s"]),
+    (["--stop-s", "nan"], ["stop_s"]),
+    (["--seed", "4294967296"], ["seed=4294967296", "2**32"]),
+    (["--series-interval-s", "5", "--duration-s", "1"], ["series_interval_s", "duration"]),
+    (["--scenario", "dumbbell", "--loss", "0.1"], ["--loss", "--scenario"]),
+    (["--cc", "cubic", "--rate-mbps", "5"], ["--rate-mbps", "const"]),
+    (["--rtt-ms", "1e9"], ["rtt_ms", "100000 ms"]),
+    (["--tick-ms", "nan"], ["tick_ms=nan"]),
+    (["--max-flows", "0"], ["max_flows=0"]),
+    (["--plot", ""], ["plot=''", ".png"]),
 ])
 def test_simulate_invalid_input(capsys, argv, words):
     code, _, err = _run(capsys, "simulate", *argv)
     _one_line_error(code, err, *words)
+
+
+def test_simulate_flags_that_fit(capsys, tmp_path):
+    # default start times fit a short run (every flow sends); one controller name per real
+    # flow with spare compiled slots; a stop time of inf runs to the end
+    code, out, _ = _run(capsys, "simulate", "--json", "--model", "fluid", "--duration-s", "1",
+                        "--cc", "const,const", "--rate-mbps", "2,3", "--max-flows", "4",
+                        "--stop-s", "inf,1e12")
+    assert code == 0
+    flows = json.loads(out)["flows"]
+    assert [f["start_s"] for f in flows] == [0.0, 0.75]
+    assert all(f["delivered_bytes"] > 0 for f in flows)
+    # a plot that cannot be written is refused before the run, in one line
+    folder = tmp_path / "dir.png"
+    folder.mkdir()
+    for bad, word in ((folder, "folder"), (tmp_path / "f.txt" / "x.png", "not a folder")):
+        (tmp_path / "f.txt").write_text("")
+        code, out, err = _run(capsys, "simulate", "--duration-s", "1", "--plot", str(bad))
+        _one_line_error(code, err, "plot=", word)
+        assert out == ""
+    # with a trace, the default buffer is one BDP at the trace's mean rate (2 packets per ms:
+    # 24 Mbps, 40 ms: 80 packets), and --bw-mbps, which the trace replaces, is refused
+    tr = tmp_path / "t.trace"
+    tr.write_text("".join(f"{t}\n{t}\n" for t in range(1, 101)))
+    from ccjax.api import link_from_flags
+    from ccjax.sim.trace import load_mahimahi
+
+    assert link_from_flags(flows=1, rtt_ms=[40.0], trace=load_mahimahi(tr)).buffer_pkts == 80
+    code, _, err = _run(capsys, "simulate", "--trace", str(tr), "--bw-mbps", "5")
+    _one_line_error(code, err, "--bw-mbps", "--trace")
 
 
 def test_trace_errors(capsys, tmp_path):
@@ -153,6 +196,15 @@ def test_bench_invalid(capsys):
     _one_line_error(code, err, "batches")
     code, _, err = _run(capsys, "bench", "everything")
     _one_line_error(code, err, "bench")
+    # another benchmark's flags are refused, not ignored; bad lists and numbers are one line
+    for argv, words in ((["sim", "--trials", "0", "--shard"], ["--trials", "--shard", "sim"]),
+                        (["train", "--models", "fluid"], ["--models", "train"]),
+                        (["train", "--batches", "64,128"], ["batches"]),
+                        (["sim", "--models", ","], ["models=", "empty items"]),
+                        (["sim", "--batches", "abc"], ["batches='abc'", "integer"]),
+                        (["sim", "--duration-s", "inf"], ["duration_s=inf", "finite"])):
+        code, _, err = _run(capsys, "bench", *argv)
+        _one_line_error(code, err, *words)
 
 
 def _fake_validation(monkeypatch, got_util: float):
@@ -236,6 +288,10 @@ def test_ns3_bundle_refuses_a_folder_with_files_in_one_line(capsys, tmp_path):
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and "does not exist yet or is empty" in err
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+    # a folder that cannot be made (under a file) is refused before anything builds
+    code, out, err = _run(capsys, "ns3-bundle", str(tmp_path / "keep.txt" / "sub"))
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "keep.txt is not a writable folder" in err
 
 
 def test_a_prebuilt_ns3_program_that_is_missing_stops_validate_before_it_runs(capsys, monkeypatch,

@@ -3,6 +3,7 @@ and saving by the file's suffix."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,25 @@ STYLE = {"font.size": 10, "axes.labelsize": 10, "axes.titlesize": 10, "legend.fo
 
 
 def check_plot_path(path: str | Path) -> Path:
+    """``path`` as a ``Path`` if a plot can be written there, else a one-line ``ConfigError``:
+    the suffix must name a format (``FORMATS``), the path must not be a folder, and the nearest
+    folder that exists on the way to it must be a writable folder (``save`` creates the rest).
+    Checked before a run, so a long simulation does not end in a path error."""
     p = Path(path)
-    if p.suffix.lower() not in FORMATS:
-        raise ConfigError(f"plot={str(p)!r} is invalid: the file must end in {', '.join(FORMATS)}")
+    if str(path) == "" or p.suffix.lower() not in FORMATS:
+        raise ConfigError(f"plot={str(path)!r} is invalid: the file must end in "
+                          f"{', '.join(FORMATS)}")
+    if p.is_dir():
+        raise ConfigError(f"plot={str(p)!r} is invalid: it is a folder; name a file in it")
+    if p.exists() and not os.access(p, os.W_OK):
+        raise ConfigError(f"plot={str(p)!r} is invalid: the file exists and is not writable")
+    up = p.absolute().parent
+    while not up.exists():
+        up = up.parent
+    if not up.is_dir():
+        raise ConfigError(f"plot={str(p)!r} is invalid: {up} is a file, not a folder")
+    if not os.access(up, os.W_OK | os.X_OK):
+        raise ConfigError(f"plot={str(p)!r} is invalid: the folder {up} is not writable")
     return p
 
 

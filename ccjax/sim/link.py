@@ -22,6 +22,8 @@ from ccjax.sim.trace import trace_segments, validate_stamps
 from ccjax.units import PACKET_BYTES, mbps_to_bytes_per_s
 
 MODELS = ("fluid", "packet")
+#: the longest base RTT a link may have (100 s): the ACK delay line holds one slot per tick of it
+MAX_RTT_MS = 1e5
 #: how window-based senders (``Decision.rate == 0``) put their window on the wire
 WINDOW_SENDERS = ("paced", "ack-clocked")
 
@@ -137,7 +139,8 @@ class LinkSpec:
                 self.buffer_pkts, "a number >= 1 packet")
         require(0.0 <= self.loss < 1.0, "loss", self.loss, "a probability in [0, 1)")
         for r in self.rtt_ms:
-            require(math.isfinite(r) and r > 0, "rtt_ms", r, "a number > 0 ms")
+            require(math.isfinite(r) and 0 < r <= MAX_RTT_MS, "rtt_ms", r,
+                    f"a number > 0 ms and at most {MAX_RTT_MS:g} ms")
         require(len(self.start_s) == n, "start_s", list(self.start_s),
                 f"one start time per flow ({n} flows)")
         for s in self.start_s:
@@ -146,7 +149,9 @@ class LinkSpec:
             require(len(self.stop_s) == n, "stop_s", list(self.stop_s),
                     f"one stop time per flow ({n} flows)")
             for a, b in zip(self.start_s, self.stop_s, strict=True):
-                require(b > a, "stop_s", b, f"after the flow's start time {a} s")
+                # inf (or any time past the run's end): the flow sends to the end of the run
+                require(not math.isnan(b) and b > a, "stop_s", b,
+                        f"after the flow's start time {a} s (inf: never stops)")
 
     def __eq__(self, other: object) -> bool:
         # Field-wise, with the trace compared as an array (the generated __eq__ cannot).
@@ -187,6 +192,14 @@ def build_links(
     if not specs:
         raise ConfigError("links=[] is invalid: at least one link is needed")
     F = config.n_flows
+    big = int(np.iinfo(np.int32).max)
+
+    def ticks(s: float) -> int:
+        # a time past int32's ticks lies past any run (2**31 ticks of 1 ms: 24 days): it stands
+        # for "never" as the int32 maximum does, so nothing is lost
+        t = s / config.tick_s
+        return big if t >= big else int(round(t))
+
     out = []
     for i, spec in enumerate(specs):
         if spec.n_flows > F:
@@ -208,10 +221,9 @@ def build_links(
             require(rt < config.ack_horizon, "rtt_ms", x,
                     f"< ack_horizon x tick ({config.ack_horizon * config.tick_s * 1e3:g} ms)")
         pad = F - spec.n_flows
-        start = [int(round(s / config.tick_s)) for s in spec.start_s] + [0] * pad
-        big = np.iinfo(np.int32).max
+        start = [ticks(s) for s in spec.start_s] + [0] * pad
         stop = ([big] * spec.n_flows if spec.stop_s is None
-                else [int(round(s / config.tick_s)) for s in spec.stop_s]) + [0] * pad
+                else [ticks(s) for s in spec.stop_s]) + [0] * pad
         out.append(LinkParams(
             sched=sched,
             buffer_bytes=np.float32(spec.buffer_pkts * PACKET_BYTES),

@@ -69,3 +69,10 @@ def trace_segments(stamps: np.ndarray, tick_s: float) -> tuple[np.ndarray, np.nd
     ms_per_tick = tick_s * 1e3
     rates = counts[starts_ms] * PACKET_BYTES * ms_per_tick  # bytes per tick within that ms
     return starts_ms / ms_per_tick, rates, period_ms / ms_per_tick
+
+
+def mean_rate_bytes_per_s(stamps: np.ndarray) -> float:
+    """A trace's mean capacity over one period (bytes/s): its delivery opportunities of one
+    1500-byte packet each over the period ``trace_segments`` repeats it with."""
+    period_ms = max(int(stamps[-1]), 1)
+    return float(len(stamps) * PACKET_BYTES / (period_ms * 1e-3))
