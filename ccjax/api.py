@@ -47,7 +47,9 @@ def _check_flows_start(links: Sequence[LinkSpec], duration_s: float) -> None:
 
 def _pad(values: list, n_real: int, n_flows: int, field: str) -> list:
     """One value, or one per flow of the widest link (``n_real``), extended to the compiled
-    ``n_flows`` slots (the extra slots hold no flow)."""
+    ``n_flows`` slots (the extra slots hold no flow); one per slot is taken as it is."""
+    if len(values) == n_flows:
+        return list(values)
     v = _per_flow(values, n_real, field)
     return v + [v[-1]] * (n_flows - n_real)
 
@@ -79,7 +81,7 @@ def simulate(
     require(math.isfinite(series_interval_s) and tick_s <= series_interval_s <= duration_s,
             "series_interval_s", series_interval_s,
             f"from the tick ({tick_s:g} s) to the run's duration ({duration_s:g} s)")
-    require(isinstance(seed, int) and 0 <= seed < 2**32, "seed", seed,
+    require(isinstance(seed, int | np.integer) and 0 <= seed < 2**32, "seed", seed,
             "an integer from 0 to 2**32 - 1")
     if not links:
         raise ConfigError("links=[] is invalid: at least one link is needed")
@@ -157,7 +159,7 @@ def run_controller(
     require(model in MODELS, "model", model, f"one of {', '.join(MODELS)}")
     require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s,
             "a finite number > 0 s")
-    require(isinstance(seed, int) and 0 <= seed < 2**32, "seed", seed,
+    require(isinstance(seed, int | np.integer) and 0 <= seed < 2**32, "seed", seed,
             "an integer from 0 to 2**32 - 1")
     if not links:
         raise ConfigError("links=[] is invalid: at least one link is needed")

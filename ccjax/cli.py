@@ -108,6 +108,8 @@ _DUMBBELL_FLAGS = ("flows", "bw_mbps", "rtt_ms", "start_s", "stop_s", "buffer_pk
 
 
 def _links_for(args):
+    import math
+
     from ccjax.api import link_from_flags
     from ccjax.sim.trace import load_mahimahi
 
@@ -136,6 +138,8 @@ def _links_for(args):
     if args.trace == "":
         raise ConfigError("trace='' is invalid: a mahimahi trace file's path")
     duration = args.duration_s if args.duration_s is not None else 20.0
+    if not (math.isfinite(duration) and duration > 0):
+        raise ConfigError(f"duration_s={duration} is invalid: a finite number > 0 s")
     gap = min(5.0, 0.75 * duration / (flows - 1)) if flows > 1 else 0.0
     start = args.start_s if args.start_s is not None else [gap * i for i in range(flows)]
     trace = load_mahimahi(args.trace) if args.trace else None
