@@ -12,11 +12,13 @@ Metrics, per link, of flow 0 (the only flow of MOCC's single-flow test links; on
 links every flow runs the method and flow 0 is the one reported), then averaged over links with
 equal weight (MOCC Fig. 6 treats every network condition as one case):
 
-* ``utilization``: the flow's bytes across the bottleneck / the link's capacity over the run
-  (``ccjax.metrics.link_utilization``; MOCC Fig. 5(a-d) "link utilization", Eq. 2's O_thr);
+* ``utilization``: the flow's bytes across the bottleneck / the link's capacity over the time
+  the flow was active (``ccjax.metrics.link_utilization``; MOCC Fig. 5(a-d) "link
+  utilization", Eq. 2's O_thr);
 * ``latency_ratio``: mean RTT / base RTT, the mean packet-weighted over delivered bytes as
   ``ccjax simulate`` reports it (``ccjax.metrics.latency_ratio``; MOCC Fig. 5(e-h)); 1 = no
-  queueing;
+  queueing; NaN on a link where the flow delivered nothing (no RTT was measured), and the
+  means over links leave such links out of the two latency columns;
 * ``p95_delay_ms``: 95th-percentile one-way delay = base RTT / 2 + the p95 queueing delay from
   the simulator's delay histogram (``ccjax.metrics.one_way_delay_from_rtt``; Pareto §V-A);
 * ``loss_rate``: bytes lost (random loss and drop-tail) / bytes sent (``ccjax.metrics.loss_rate``,
@@ -176,21 +178,37 @@ def _batched_params(method: Method, n_links: int, n_flows: int, cap_bytes_s: np.
     return p
 
 
+def _mean_over_links(values: Sequence[float]) -> float:
+    """The mean over the links that have the value (a latency is NaN where the flow delivered
+    nothing); NaN if none has it."""
+    v = np.asarray(values, np.float64)
+    ok = ~np.isnan(v)
+    return float(v[ok].mean()) if ok.any() else math.nan
+
+
 def _link_row(res: RunResult, i: int, w: np.ndarray) -> dict:
     """Flow 0's metrics on link ``i`` (definitions in the module doc)."""
     s = summarize(res, i)
     fl = s["flows"][0]
     delivered = float(np.asarray(res.series.delivered[i, :, 0]).sum())
-    cap_bytes = float(np.asarray(res.series.cap_bytes[i]).sum())
+    # the capacity the link offered while the flow was active (as ``throughput_mbps`` counts
+    # only those seconds): a flow that starts late is not charged for the time before it
+    lengths = np.asarray(res.timeline.lengths(), np.float64)
+    active = np.asarray(res.series.active_ticks[i, :, 0], np.float64) / lengths
+    cap_bytes = float((np.asarray(res.series.cap_bytes[i], np.float64) * active).sum())
     util = float(metrics.link_utilization(delivered, cap_bytes, axis=None))
-    lat = float(metrics.latency_ratio(fl["mean_rtt_ms"], fl["base_rtt_ms"]))
-    p95 = float(metrics.one_way_delay_from_rtt(fl["p95_rtt_ms"], fl["base_rtt_ms"]))
+    # a flow that delivered nothing has no RTT sample: its latency is unknown (NaN, left out of
+    # the means over links), not the base RTT summarize reports, and MOCC's O_lat is 0 for it
+    mean_rtt = float(fl["mean_rtt_ms"]) if delivered > 0 else math.nan
+    p95_rtt = float(fl["p95_rtt_ms"]) if delivered > 0 else math.nan
+    lat = float(metrics.latency_ratio(mean_rtt, fl["base_rtt_ms"]))
+    p95 = float(metrics.one_way_delay_from_rtt(p95_rtt, fl["base_rtt_ms"]))
     dropped = float(np.asarray(res.series.dropped[i, :, 0]).sum())
     loss = float(metrics.loss_rate(dropped, fl["sent_bytes"]))
-    reward = float(metrics.mocc_reward(w, util, 1.0, fl["mean_rtt_ms"], fl["base_rtt_ms"], loss))
+    reward = float(metrics.mocc_reward(w, util, 1.0, mean_rtt, fl["base_rtt_ms"], loss))
     return {"utilization": util, "latency_ratio": lat, "p95_delay_ms": p95, "loss_rate": loss,
             "reward": reward, "throughput_mbps": float(fl["throughput_mbps"]),
-            "mean_rtt_ms": float(fl["mean_rtt_ms"]),
+            "mean_rtt_ms": mean_rtt,
             "link_utilization": float(s["link"]["utilization"]),
             "capacity_mbps": float(s["link"]["capacity_mbps"]),
             "base_rtt_ms": float(fl["base_rtt_ms"])}
@@ -274,7 +292,7 @@ def evaluate(
                    "buffer_pkts": float(spec.buffer_pkts), "random_loss": float(spec.loss)}
             per.append(row)
         out.per_link.extend(per)
-        mean = {c: float(np.mean([r[c] for r in per])) for c in COLUMNS}
+        mean = {c: _mean_over_links([r[c] for r in per]) for c in COLUMNS}
         out.rows.append({"method": m.label, "kind": m.kind, "preference": [float(x) for x in w],
                          **mean, "links": B, "compile_s": res.compile_s, "run_s": res.wall_s})
     return out

@@ -181,3 +181,24 @@ def test_cli_eval(capsys, tmp_path):
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert code == 2 and len(lines) == 1 and lines[0].startswith("ccjax: error:"), err
         assert word in lines[0], (word, lines[0])
+
+
+def test_evaluate_charges_a_flow_only_for_its_active_time_and_no_latency_without_deliveries():
+    # a constant 10 Mbps sender on 10 Mbps links: from 0 s, from 2 s of a 4 s run, and from
+    # 9 s (it never sends). Utilization counts the capacity while the flow was active, as the
+    # throughput does; a flow that delivered nothing has no latency (left out of the means) and
+    # MOCC's O_lat = 0 for it.
+    links = [LinkSpec(bandwidth_mbps=(10.0,), rtt_ms=(40.0,), buffer_pkts=50, start_s=(s,))
+             for s in (0.0, 2.0, 9.0)]
+    res = evaluate(["const"], links=links, duration_s=4.0, seed=0, model="fluid",
+                   preference=(0.1, 0.8, 0.1))
+    a, b, c = res.per_link
+    for r in (a, b):
+        assert r["utilization"] == pytest.approx(1.0, abs=1e-3)
+        assert r["throughput_mbps"] == pytest.approx(10.0, rel=1e-3)
+        assert r["latency_ratio"] == pytest.approx(1.0, abs=1e-3)
+    assert c["utilization"] == 0.0 and np.isnan(c["latency_ratio"]) and np.isnan(c["p95_delay_ms"])
+    assert c["reward"] == pytest.approx(0.1)  # w_loss only: nothing lost, nothing measured
+    (row,) = res.rows
+    assert row["latency_ratio"] == pytest.approx(1.0, abs=1e-3)  # the two links that delivered
+    assert row["utilization"] == pytest.approx(2 / 3, abs=1e-3)

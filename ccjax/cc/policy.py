@@ -15,8 +15,10 @@ deterministic agent (the tests check that both give the same rate sequence):
 * the next MI lasts ``mi_rtts`` (0.5) x the mean RTT of the MI that ended; the first one
   1.5 x the base RTT (Aurora: 3 x the one-way latency, PCC-RL ``network_sim.py``).
 
-As in the environment, the first action is taken at ``init`` on the empty history (Aurora's
-``reset`` returns an observation the agent acts on before the first MI).
+As in the environment, the first action is taken at ``init`` on the empty history, and the first
+MI (1.5 base RTTs, whose ACKs come back only in its last third) is the first one acted on and
+rewarded. Aurora's ``reset`` differs: it runs two MIs at the initial rate and returns an
+observation that holds them, so its agent's first action already sees feedback.
 
 One addition, for flows that start late (competition runs): until the flow has sent its first
 byte, MIs leave the controller's state alone; without it a flow waiting for its start time would

@@ -26,6 +26,9 @@ Semantics follow Aurora's simulator (PCC-RL ``network_sim.py``), on which MOCC's
   alpha = 0.025 (MOCC Eq. 1, Table 2), the result kept within [min_rate, max_rate];
 * the first MI lasts 3 x the link's one-way latency, every later MI 0.5 x the mean RTT measured
   in the previous MI (Aurora); the initial rate is U(0.3, 1.5) x the link's capacity (Aurora);
+  unlike Aurora's ``reset``, which runs two MIs before the first observation, the first action
+  is taken on the empty history and the first MI is rewarded (its ACKs arrive only in its last
+  third, so its sending ratio is about 3 and its utilization a third of the rate's);
 * reward: a pluggable ``RewardFn`` (``ccjax.envs.rewards``), MOCC's Eq. 2 by default, using the
   link's true capacity over the MI and its base RTT.
 
