@@ -414,6 +414,35 @@ def test_sweep_cli_errors_are_one_line(tmp_path, capsys):
     assert {t.cfg.train["iters"] for t in s.trials} == {2} and len(s.trials) >= 64
 
 
+def test_one_process_per_sweep_directory_and_broken_ledgers(tmp_path, capsys):
+    from ccjax.dirlock import DirLock
+    from ccjax.sweep.runner import _open
+
+    spec = _spec(axes={"seed": [0, 1]})
+    out = tmp_path / "s"
+    # a sweep another process runs (its lock held): a second run or resume stops, one line
+    with DirLock(out, "sweep"):
+        with pytest.raises(ConfigError, match=r"is in use: another process \(pid \d+\)"):
+            run_sweep(spec, out, progress=False)
+    # a ledger killed while it was being set up (tables, no trials) starts afresh
+    Ledger(out).close()
+    ledger = _open(spec, out, resume=False)
+    assert len(ledger.ids()) == 2
+    ledger.close()
+    # ... and one that is, after that, refused without --resume
+    with pytest.raises(ConfigError, match="holds a sweep already"):
+        _open(spec, out, resume=False)
+    # a ledger that is not a database: one line, exit 2, for results and resume
+    (out / "ledger.sqlite").write_bytes(os.urandom(4096))
+    for f in ("ledger.sqlite-wal", "ledger.sqlite-shm"):
+        (out / f).unlink(missing_ok=True)
+    assert main(["results", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not a readable sweep ledger" in err
+    with pytest.raises(ConfigError, match="not a readable sweep ledger"):
+        run_sweep(spec, out, resume=True, progress=False)
+
+
 # -- landmark schedules (MOCC Figure 16): steps as static groups, seeds batched within a step,
 # each trial trained and evaluated on its own landmarks (checked against the drivers'
 # un-batched chunk), the best state exported, iter_99 recorded, resume after a crash. In this

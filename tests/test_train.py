@@ -192,6 +192,25 @@ def test_train_resume_and_adapt(tmp_path):
     # (without replay: tests/test_adapt.py)
     with pytest.raises(ConfigError, match="preference"):
         adapt(out, (0.5, 0.5, 0.5), tmp_path / "bad", progress=False)
+    # a resumed adaptation must be the same adaptation: preference, replay and length
+    for kw, key in (({"preference": (0.2, 0.2, 0.6)}, "preference"),
+                    ({"replay": False}, "replay"), ({"iters": 8}, "iters")):
+        args = {"preference": (0.5, 0.2, 0.3), **kw}
+        with pytest.raises(ConfigError, match=f"{key} differs"):
+            adapt(out, args.pop("preference"), tmp_path / "ad", resume=True, progress=False,
+                  **args)
+    # nothing to do, or a folder without a run to resume: refused before anything is built
+    for bad in ({"max_iters": 0}, {"max_iters": -3}):
+        with pytest.raises(ConfigError, match="max_iters"):
+            train(cfg, tmp_path / "x", progress=False, **bad)
+    with pytest.raises(ConfigError, match="no config.json"):
+        adapt(out, (0.5, 0.2, 0.3), tmp_path / "empty", resume=True, progress=False)
+    assert not (tmp_path / "empty").exists()
+    # one process per run directory: another one's lock stops a second, in one line
+    from ccjax.dirlock import DirLock
+
+    with DirLock(out, "training run"), pytest.raises(ConfigError, match="is in use"):
+        train(cfg, out, resume=True, progress=False)
 
 
 def test_fixed_schedule_needs_iters():

@@ -108,17 +108,23 @@ class Ledger:
         # autocommit off; every method is one ``with self.db`` transaction
         self.db = sqlite3.connect(self.path, timeout=30.0)
         self.db.row_factory = sqlite3.Row
-        # WAL: `ccjax results` can read while a sweep writes; a killed writer loses nothing
-        # that was committed
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        with self.db:
-            self.db.executescript(_SQL)
-            # a ledger written before a column existed gets it (NULL for its finished rows)
-            have = {r[1] for r in self.db.execute("PRAGMA table_info(trials)")}
-            for col, typ in _ADDED_COLUMNS:
-                if col not in have:
-                    self.db.execute(f"ALTER TABLE trials ADD COLUMN {col} {typ}")
+        try:
+            # WAL: `ccjax results` can read while a sweep writes; a killed writer loses nothing
+            # that was committed
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            with self.db:
+                self.db.executescript(_SQL)
+                # a ledger written before a column existed gets it (NULL for its finished rows)
+                have = {r[1] for r in self.db.execute("PRAGMA table_info(trials)")}
+                for col, typ in _ADDED_COLUMNS:
+                    if col not in have:
+                        self.db.execute(f"ALTER TABLE trials ADD COLUMN {col} {typ}")
+        except sqlite3.DatabaseError as e:
+            self.db.close()
+            raise ConfigError(f"{LEDGER} in {str(self.dir)!r} is invalid: not a readable sweep "
+                              f"ledger ({e}); restore it from a backup or start the sweep in a "
+                              "new directory") from None
 
     @classmethod
     def existing(cls, directory: str | os.PathLike[str]) -> Ledger:

@@ -44,6 +44,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from ccjax.dirlock import DirLock
 from ccjax.errors import ConfigError
 from ccjax.sweep.batch import Group
 from ccjax.sweep.ledger import Ledger
@@ -99,40 +100,45 @@ def run_sweep(spec: SweepSpec | str | os.PathLike[str], out: str | os.PathLike[s
         from ccjax.sweep import ray_backend
     out = Path(out) if out is not None else default_out(spec)
     say = log or (lambda s: None)
-    ledger = _open(spec, out, resume)
-    t_start = time.perf_counter()
-    bar = _Bar(len(spec.trials), progress)
-    try:
-        requeued = ledger.requeue_running()
-        if requeued:
-            say(f"resuming: {len(requeued)} interrupted trial(s) will run again")
-        status = ledger.status()
-        bar.set_done(sum(1 for s in status.values() if s in ("done", "failed")))
-        groups = spec.groups()
-        pending = {gid: [t for t in trials if status.get(t.id) == "pending"]
-                   for gid, trials in groups.items()}
-        pending = {gid: p for gid, p in pending.items() if p}
-        requested = batch or spec.batch or None
-        if backend == "ray":
-            batches, planned, where = ray_backend.run(
-                spec, pending, requested, ledger, out, bar, say, callback,
-                address=ray_address, max_workers=ray_workers, cpus=ray_cpus)
-        else:
-            batches, planned = _run_local(spec, pending, requested, ledger, out, bar, say,
-                                          callback)
-            where = {"backend": jax.default_backend(), "machine": platform.platform()}
-    finally:
-        bar.close()
-        counts = ledger.counts()
-        ledger.close()
-    summary = {"out": str(out), "name": spec.name, "trials": len(spec.trials), **counts,
-               "wall_s": round(time.perf_counter() - t_start, 3), "batches": batches,
-               "groups": planned, "executor": backend, **where}
-    if spec.prefeval is not None and counts["done"]:  # the spec's [prefeval], resumable
-        from ccjax.sweep.prefeval import run_prefeval
+    if resume and not (out / "ledger.sqlite").is_file():  # before the lock makes the folder
+        raise ConfigError(f"out={str(out)!r} is invalid for --resume: no ledger.sqlite there")
+    # one process per sweep directory: a second one would take this one's running trials for
+    # interrupted ones and train them again (``ccjax.dirlock``)
+    with DirLock(out, "sweep"):
+        ledger = _open(spec, out, resume)
+        t_start = time.perf_counter()
+        bar = _Bar(len(spec.trials), progress)
+        try:
+            requeued = ledger.requeue_running()
+            if requeued:
+                say(f"resuming: {len(requeued)} interrupted trial(s) will run again")
+            status = ledger.status()
+            bar.set_done(sum(1 for s in status.values() if s in ("done", "failed")))
+            groups = spec.groups()
+            pending = {gid: [t for t in trials if status.get(t.id) == "pending"]
+                       for gid, trials in groups.items()}
+            pending = {gid: p for gid, p in pending.items() if p}
+            requested = batch or spec.batch or None
+            if backend == "ray":
+                batches, planned, where = ray_backend.run(
+                    spec, pending, requested, ledger, out, bar, say, callback,
+                    address=ray_address, max_workers=ray_workers, cpus=ray_cpus)
+            else:
+                batches, planned = _run_local(spec, pending, requested, ledger, out, bar, say,
+                                              callback)
+                where = {"backend": jax.default_backend(), "machine": platform.platform()}
+        finally:
+            bar.close()
+            counts = ledger.counts()
+            ledger.close()
+        summary = {"out": str(out), "name": spec.name, "trials": len(spec.trials), **counts,
+                   "wall_s": round(time.perf_counter() - t_start, 3), "batches": batches,
+                   "groups": planned, "executor": backend, **where}
+        if spec.prefeval is not None and counts["done"]:  # the spec's [prefeval], resumable
+            from ccjax.sweep.prefeval import run_prefeval
 
-        summary["prefeval"] = run_prefeval(out, spec.prefeval, log=say, progress=progress)
-    return summary
+            summary["prefeval"] = run_prefeval(out, spec.prefeval, log=say, progress=progress)
+        return summary
 
 
 def check_backend(backend: str, address: str | None, workers: int | None, cpus: float) -> None:
@@ -229,21 +235,25 @@ def _how(info: dict[str, Any]) -> str:
 
 def _open(spec: SweepSpec, out: Path, resume: bool) -> Ledger:
     exists = (out / "ledger.sqlite").is_file()
-    if exists and not resume:
-        raise ConfigError(f"out={str(out)!r} is invalid: it holds a sweep already; pass "
-                          "--resume to continue it or choose a new directory")
     if resume and not exists:
         raise ConfigError(f"out={str(out)!r} is invalid for --resume: no ledger.sqlite there")
     out.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(out)
-    if resume:
+    # a ledger without trials was cut off while being set up (killed before its trials were
+    # written): nothing ran, so it is started afresh, with or without --resume
+    started = exists and bool(ledger.ids())
+    if started and not resume:
+        ledger.close()
+        raise ConfigError(f"out={str(out)!r} is invalid: it holds a sweep already; pass "
+                          "--resume to continue it or choose a new directory")
+    if started:
         old = set(ledger.ids())
         new = {t.id for t in spec.trials}
         if old != new:
             ledger.close()
             raise ConfigError(f"--resume is invalid: the spec's trials differ from the sweep in "
                               f"{str(out)!r} ({len(new - old)} new, {len(old - new)} missing); "
-                              "resume with the same spec and presets")
+                              "resume with the same spec, presets and --set values")
     else:
         ledger.set_meta("spec", spec.to_json())
         ledger.set_meta("created", time.time())

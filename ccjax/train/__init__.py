@@ -17,7 +17,7 @@ from ccjax.errors import ConfigError
 from ccjax.train.schedules import AllAtOnce, Fixed, TwoPhase, fmt
 from ccjax.train.setup import build
 from ccjax.train.store import Checkpoints
-from ccjax.train.trainer import Trainer
+from ccjax.train.trainer import Trainer, check_max_iters, check_out
 
 __all__ = ["adapt", "make_schedule", "train", "load_run"]
 
@@ -48,6 +48,8 @@ def train(cfg: AlgoConfig, out: str | Path, *, seed: int = 0, resume: bool = Fal
           progress: bool = True, max_iters: int | None = None,
           log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Train ``cfg`` into ``out`` (see ``ccjax.train.store`` for the layout)."""
+    check_max_iters(max_iters)
+    check_out(Path(out), resume)  # before anything is built or traced
     schedule = make_schedule(cfg, seed)
     setup = build(cfg, seed)
     return Trainer(setup, schedule, out, resume=resume, progress=progress, log=log).run(max_iters)
@@ -71,12 +73,19 @@ def adapt(from_dir: str | Path, preference, out: str | Path | None = None, *,
     preference; with ``replay``, half of every batch replays an old preference drawn from the
     stored pool (the source's landmarks and the preferences adapted to before), Eq. 6."""
     w = check_preference(preference)
+    check_max_iters(max_iters)
+    if iters is not None and (isinstance(iters, bool) or not isinstance(iters, int) or iters < 1):
+        raise ConfigError(f"iters={iters!r} is invalid: an integer >= 1")
     cfg, src_seed, raw = load_run(from_dir)
     if cfg.agent.get("pref_dim", 3) != 3:
         raise ConfigError(f"from={str(from_dir)!r} is invalid: adaptation needs a model with "
                           "a preference input (pref_dim 3)")
     seed = src_seed if seed is None else seed
     src = Path(from_dir)
+    if out is None:
+        out = src / "adapt" / (fmt(w).strip("<>").replace(",", "-")
+                               + ("" if replay else "-noreplay"))
+    check_out(Path(out), resume)  # before the source's model is restored
     # the stored pool: the source's landmarks (or its one preference), then every preference
     # adapted to since (MOCC 4.3: "stores encountered applications")
     trained = np.asarray(make_schedule(cfg, src_seed).eval_prefs, np.float32).reshape(-1, 3)
@@ -107,11 +116,8 @@ def adapt(from_dir: str | Path, preference, out: str | Path | None = None, *,
     schedule = Fixed(setup.venv.n, tuple(float(x) for x in w), n_iters,
                      cfg.train.get("eval_every", 8), replay=pool_arr if replay else None,
                      probe=pool_arr, seed=seed, phase="adapt")
-    if out is None:
-        out = src / "adapt" / (fmt(w).strip("<>").replace(",", "-")
-                               + ("" if replay else "-noreplay"))
     meta = {"from": str(src.resolve()), "from_iteration": int(from_iter),
-            "preference": [float(x) for x in w], "replay": replay,
+            "preference": [float(x) for x in w], "replay": replay, "iters": int(n_iters),
             "pool": pool + [[float(x) for x in w]]}
     return Trainer(setup, schedule, out, resume=resume, init_state=state, meta=meta,
                    progress=progress, log=log).run(max_iters)

@@ -27,6 +27,7 @@ import numpy as np
 
 from ccjax.agents.drivers import compile_chunk, init_runner
 from ccjax.agents.ppo import with_anneal
+from ccjax.dirlock import DirLock
 from ccjax.errors import ConfigError
 from ccjax.train.schedules import Segment
 from ccjax.train.setup import Evaluator, Setup
@@ -38,6 +39,27 @@ METRIC_FIELDS = ["iteration", "phase", "cycle", "label", "wall_s", "reward", "re
                  "ent_coef", "std", "lr"]
 EVAL_FIELDS = ["iteration", "phase", "cycle", "wall_s", "w_thr", "w_lat", "w_loss", "reward",
                "utilization", "latency_ratio", "loss_rate"]
+
+
+#: the ``meta`` entries a resumed run must share with the run it continues (an adaptation's)
+RESUME_META = ("from", "preference", "replay", "iters")
+
+
+def check_out(out: Path, resume: bool) -> None:
+    """One-line ``ConfigError`` unless ``out`` fits: no run in it, or, with ``resume``, one."""
+    cfg_path = Path(out) / "config.json"
+    if cfg_path.exists() and not resume:
+        raise ConfigError(f"out={str(out)!r} is invalid: it holds a run already; pass "
+                          "--resume to continue it or choose a new directory")
+    if resume and not cfg_path.exists():
+        raise ConfigError(f"out={str(out)!r} is invalid for --resume: no config.json there")
+
+
+def check_max_iters(max_iters: int | None) -> None:
+    if max_iters is not None and (isinstance(max_iters, bool) or not isinstance(max_iters, int)
+                                  or max_iters < 1):
+        raise ConfigError(f"max_iters={max_iters!r} is invalid: an integer >= 1 (or omit it to "
+                          "run to the end)")
 
 
 class Trainer:
@@ -68,11 +90,7 @@ class Trainer:
     def _open(self) -> None:
         out = self.out
         cfg_path = out / "config.json"
-        if cfg_path.exists() and not self.resume:
-            raise ConfigError(f"out={str(out)!r} is invalid: it holds a run already; pass "
-                              "--resume to continue it or choose a new directory")
-        if self.resume and not cfg_path.exists():
-            raise ConfigError(f"out={str(out)!r} is invalid for --resume: no config.json there")
+        check_out(out, self.resume)
         out.mkdir(parents=True, exist_ok=True)
         mine = json.loads(json.dumps(self._config(), default=str))
         if self.resume:
@@ -81,6 +99,13 @@ class Trainer:
                 if old.get(k) != mine.get(k):
                     raise ConfigError(f"--resume is invalid: {k} differs from the run in "
                                       f"{str(out)!r}; resume with the same arguments")
+            # an adaptation's source, preference, replay and length (a train run has none)
+            was, now = old.get("meta") or {}, mine.get("meta") or {}
+            for k in RESUME_META:
+                if k in was and was.get(k) != now.get(k):
+                    raise ConfigError(f"--resume is invalid: {k} differs from the run in "
+                                      f"{str(out)!r} ({was.get(k)!r} there, {now.get(k)!r} "
+                                      "now); resume with the same arguments")
         else:
             write_json(cfg_path, mine)
         self.metrics = CsvLog(out / "metrics.csv", METRIC_FIELDS)
@@ -101,6 +126,13 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self, max_iters: int | None = None) -> dict[str, Any]:
+        check_max_iters(max_iters)
+        check_out(self.out, self.resume)
+        # one process per run directory (``ccjax.dirlock``)
+        with DirLock(self.out, "training run"):
+            return self._run(max_iters)
+
+    def _run(self, max_iters: int | None) -> dict[str, Any]:
         s = self.setup
         self._open()
         key = jax.random.PRNGKey(s.seed)
