@@ -442,6 +442,20 @@ def test_one_process_per_sweep_directory_and_broken_ledgers(tmp_path, capsys):
     with pytest.raises(ConfigError, match="not a readable sweep ledger"):
         run_sweep(spec, out, resume=True, progress=False)
 
+    # a resumed sweep whose [prefeval] differs from its stored evaluation's is refused before it
+    # trains (its trials are pending: training would start)
+    from ccjax.sweep.prefeval import _resolved, parse_prefeval, prefeval_dir
+
+    out2 = tmp_path / "p"
+    pe = {"preferences": 2, "links": 1, "duration_s": 1.0}
+    _open(_spec(axes={"seed": [0, 1]}, prefeval=pe), out2, resume=False).close()
+    prefeval_dir(out2).mkdir()
+    (prefeval_dir(out2) / "spec.json").write_text(
+        json.dumps(_resolved(parse_prefeval({**pe, "preferences": 3}))))
+    with pytest.raises(ConfigError, match="prefeval preferences=2 is invalid"):
+        run_sweep(_spec(axes={"seed": [0, 1]}, prefeval=pe), out2, resume=True, progress=False)
+    assert {r["status"] for r in Ledger.existing(out2).rows()} == {"pending"}
+
 
 # -- landmark schedules (MOCC Figure 16): steps as static groups, seeds batched within a step,
 # each trial trained and evaluated on its own landmarks (checked against the drivers'

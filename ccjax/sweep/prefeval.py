@@ -217,6 +217,14 @@ def _check_match(old: dict[str, Any], new: dict[str, Any], where: Path) -> None:
                 f"{str(where)!r} to start a new evaluation")
 
 
+def check_prefeval(sweep_dir: str | os.PathLike[str], spec: PrefevalSpec) -> None:
+    """One-line ``ConfigError`` if ``sweep_dir`` holds preference-evaluation results made with
+    other settings than ``spec``'s: a resumed sweep checks it before it trains, not after."""
+    old = read_spec(sweep_dir)
+    if old is not None:
+        _check_match(old, _resolved(spec), prefeval_dir(sweep_dir))
+
+
 def spec_for(sweep_dir: str | os.PathLike[str],
              overrides: dict[str, Any] | None = None) -> PrefevalSpec:
     """The evaluation a sweep directory asks for: its stored ``prefeval/spec.json`` if any,

@@ -102,6 +102,10 @@ def run_sweep(spec: SweepSpec | str | os.PathLike[str], out: str | os.PathLike[s
     say = log or (lambda s: None)
     if resume and not (out / "ledger.sqlite").is_file():  # before the lock makes the folder
         raise ConfigError(f"out={str(out)!r} is invalid for --resume: no ledger.sqlite there")
+    if resume and spec.prefeval is not None:  # a changed [prefeval]: now, not after training
+        from ccjax.sweep.prefeval import check_prefeval
+
+        check_prefeval(out, spec.prefeval)
     # one process per sweep directory: a second one would take this one's running trials for
     # interrupted ones and train them again (``ccjax.dirlock``)
     with DirLock(out, "sweep"):
