@@ -303,3 +303,46 @@ def test_legend_labels_name_the_axes_that_tell_trials_apart():
     assert [m for _, m in g][0] == ["t0", "t1"]
     assert [n for n, _ in groups(st, st.ids, "hyper.lr")] == ["lr=0.001", "lr=0.0003"]
     assert label(st, "t0", ["t0"]) == "t0"  # nothing differs: the id
+
+
+def test_per_preference_means_leave_out_a_link_without_latency():
+    # ccjax.evaluate gives a link where the flow delivered nothing a NaN latency; a
+    # preference's mean over links leaves it out, and a preference without rows is an error
+    from ccjax.errors import ConfigError
+    from ccjax.plot.sweepdata import Prefeval
+
+    pe = Prefeval(spec={"preferences": 3}, trials={}, classic={})
+    cols = {"pref": np.array([0, 0, 1, 1, 2, 2]),
+            "latency_ratio": np.array([1.2, np.nan, 1.4, 1.6, np.nan, np.nan])}
+    v = pe.per_pref(cols, "latency_ratio", "t")
+    assert v[0] == pytest.approx(1.2) and v[1] == pytest.approx(1.5) and np.isnan(v[2])
+    with pytest.raises(ConfigError, match=r"no rows for preference\(s\) \[1\]"):
+        pe.per_pref({"pref": np.array([0, 2]), "latency_ratio": np.array([1.0, 1.0])},
+                    "latency_ratio", "t")
+
+
+@pytest.mark.slow
+def test_pareto_figure_with_a_link_that_delivered_nothing(sweep, tmp_path):
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ccjax.plot.pareto import plot_pareto
+
+    d = tmp_path / "s"
+    shutil.copytree(sweep, d)
+    r0 = plot_pareto(d, tmp_path / "a.png")
+    f = sorted((d / "prefeval").glob("*.parquet"))[0]
+    tab = pq.read_table(f)
+    lat = tab.column("latency_ratio").to_numpy().copy()
+    pref, link = tab.column("pref").to_numpy(), tab.column("link").to_numpy()
+    hit = (pref == 0) & (link == 0)
+    lat[hit] = np.nan
+    pq.write_table(tab.set_column(tab.schema.get_field_index("latency_ratio"), "latency_ratio",
+                                  pa.array(lat)), f)
+    r = plot_pareto(d, tmp_path / "b.png")
+    s = next(x for x in r["series"] if x["trial"] == f.stem)
+    want = float(np.mean(lat[(pref == 0) & ~hit]))  # the other links' mean
+    assert s["points"][0][1] == pytest.approx(want)
+    assert set(r["classic"]) == set(r0["classic"])

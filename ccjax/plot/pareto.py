@@ -14,6 +14,7 @@ results at the evaluation's random preferences (``ccjax.sweep.prefeval``).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -48,11 +49,27 @@ def plot_pareto(sweep_dir: str | Path, out: str | Path, x: str = "utilization",
     pe = load_prefeval(sweep_dir)
     xc, xl, _ = X_AXES[x]
     yc, yl, _ = Y_AXES[y]
-    pts = {t: np.stack([pe.per_pref(c, xc), pe.per_pref(c, yc)], 1) for t, c in pe.trials.items()}
-    score = {t: float(np.mean(c["reward"])) for t, c in pe.trials.items()}
+    pts = {t: np.stack([pe.per_pref(c, xc, t), pe.per_pref(c, yc, t)], 1)
+           for t, c in pe.trials.items()}
+    score = {t: float(np.nanmean(c["reward"])) for t, c in pe.trials.items()}
     shown, note = select(st, list(pe.trials), trials, MAX_SERIES, score)
-    classic = {n: (float(np.mean(c[xc])), float(np.mean(c[yc]))) for n, c in pe.classic.items()}
-    worst = max([float(p[:, 1].max()) for p in pts.values()] + [v[1] for v in classic.values()])
+    for t in shown:
+        bad = np.nonzero(~np.isfinite(pts[t]).all(1))[0]
+        if bad.size:
+            raise ConfigError(f"trial {t!r} has no finite {xc}/{yc} at preference(s) "
+                              f"{bad[:5].tolist()} (its flow delivered nothing on every link "
+                              "there): a point without a latency cannot be placed")
+    # a controller's means over its (preference, link) rows, a link's NaN left out as above
+    classic = {}
+    for n, c in pe.classic.items():
+        mx, my = (float(np.nanmean(c[k])) if np.isfinite(c[k]).any() else math.nan
+                  for k in (xc, yc))
+        if not (math.isfinite(mx) and math.isfinite(my)):
+            raise ConfigError(f"controller {n!r} has no finite {xc}/{yc} in the preference "
+                              "evaluation (its flow delivered nothing on every link)")
+        classic[n] = (mx, my)
+    worst = max([float(np.nanmax(p[:, 1])) for p in pts.values() if np.isfinite(p[:, 1]).any()]
+                + [v[1] for v in classic.values()])
     ref = (0.0, REF_MARGIN * worst)
 
     plt = pyplot()

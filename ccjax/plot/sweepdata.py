@@ -149,13 +149,22 @@ class Prefeval:
     trials: dict[str, dict[str, np.ndarray]]
     classic: dict[str, dict[str, np.ndarray]]
 
-    def per_pref(self, cols: dict[str, np.ndarray], column: str) -> np.ndarray:
-        """(N,) the column's mean over links at each preference."""
+    def per_pref(self, cols: dict[str, np.ndarray], column: str, name: str = "") -> np.ndarray:
+        """(N,) the column's mean over links at each preference. A link's NaN (a latency where
+        the flow delivered nothing, ``ccjax.evaluate``) is left out, as ``evaluate``'s means
+        leave it out; a preference without a finite value is NaN. A preference without any row
+        (a truncated or foreign results file) is an error, not a mean of 0."""
         n = int(self.spec["preferences"])
         pref = cols["pref"].astype(int)
-        s = np.bincount(pref, weights=cols[column].astype(np.float64), minlength=n)
-        c = np.bincount(pref, minlength=n)
-        return s / np.maximum(c, 1)
+        missing = sorted(set(range(n)) - set(pref.tolist()))
+        if missing:
+            raise ConfigError(f"preference evaluation of {name or 'a trial'} is invalid: no rows "
+                              f"for preference(s) {missing[:5]} of {n}; rerun `ccjax prefeval`")
+        v = cols[column].astype(np.float64)
+        ok = np.isfinite(v)
+        s = np.bincount(pref[ok], weights=v[ok], minlength=n)
+        c = np.bincount(pref[ok], minlength=n)
+        return np.where(c > 0, s / np.maximum(c, 1), np.nan)
 
 
 def load_prefeval(sweep_dir: str | os.PathLike[str]) -> Prefeval:
@@ -182,6 +191,9 @@ def select(trials: SweepTrials, available: list[str], wanted: list[str] | None,
                                   f"{str(trials.dir)!r} (status {trials.status.get(t)})")
         return list(dict.fromkeys(wanted)), ""
     ordered = [t for t in trials.ids if t in available]
+    if not ordered:
+        raise ConfigError(f"sweep_dir={str(trials.dir)!r} is invalid: no trial of its ledger has "
+                          "results here (run `ccjax prefeval` on it)")
     if len(ordered) <= max_all:
         return ordered, ""
     if not score:
