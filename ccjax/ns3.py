@@ -136,6 +136,23 @@ def _ns3_flags() -> tuple[str, ...]:
     return tuple(flags)
 
 
+@lru_cache(maxsize=1)
+def _ns3_versions() -> str:
+    """The installed ns-3 modules' versions (``pkg-config --modversion``): part of the build
+    cache's key, as the link flags name no version (``-lns3-core``) while the program is bound to
+    one (``libns3-core.so.37``), so an upgrade must not reuse the old program."""
+    _ns3_flags()  # a missing ns-3 is its one-line error
+    out = subprocess.run(["pkg-config", "--modversion", *NS3_MODULES], capture_output=True,
+                         text=True, timeout=30)
+    return out.stdout.strip().replace("\n", ",")
+
+
+#: how long a compile of the dumbbell, and by default one run of it, may take (s): far past
+#: what they take (about a minute to compile; seconds to run a 30 s dumbbell at 50 Mbps)
+COMPILE_TIMEOUT_S = 1800
+RUN_TIMEOUT_S = 3600.0
+
+
 def _compile_command(src: Path, out: Path) -> list[str]:
     return [_compiler(), "-O2", "-std=c++17", "-o", str(out), str(src), *_ns3_flags()]
 
@@ -197,6 +214,7 @@ def binary_path() -> Path:
     src = source_path()
     h = hashlib.sha256(src.read_bytes())
     h.update("\0".join(_compile_command(Path("SRC"), Path("OUT"))).encode())
+    h.update(f"\0ns-3 {_ns3_versions()}".encode())
     return build_root() / f"dumbbell-{h.hexdigest()[:16]}" / "dumbbell"
 
 
@@ -223,7 +241,12 @@ def build(force: bool = False) -> Path:
         os.close(fd)
         try:
             cmd = _compile_command(source_path(), Path(tmp))
-            res = subprocess.run(cmd, capture_output=True, text=True)
+            try:
+                res = subprocess.run(cmd, capture_output=True, text=True,
+                                     timeout=COMPILE_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                raise RuntimeError(f"compiling the ns-3 dumbbell ran past {COMPILE_TIMEOUT_S} s"
+                                   ) from None
             if res.returncode != 0:
                 err = res.stderr.strip()
                 if "ns3/" in err and "No such file" in err:
@@ -406,8 +429,10 @@ def run_dumbbell(
     ``btl_delay_ms`` the bottleneck's one-way delay (``None``: min RTT / 4), ``recovery``
     ``"prr"`` (ns-3's default) or ``"classic"`` (RFC 6582 NewReno / RFC 6675 without PRR),
     ``hystart_detect`` TcpCubic's HyStart tests: ``"both"`` (ns-3's default), ``"delay"`` or
-    ``"packet_train"``, and ``hystart=False`` turns HyStart off.
-    Raises ``ConfigError`` on invalid input (before building) and ``RuntimeError`` if ns-3 fails.
+    ``"packet_train"``, and ``hystart=False`` turns HyStart off. ``timeout_s`` bounds the run's
+    wall time (``None``: ``RUN_TIMEOUT_S``, an hour).
+    Raises ``ConfigError`` on invalid input (before building) and ``RuntimeError`` if ns-3 fails
+    or runs past the timeout.
     """
     require(isinstance(flows, int) and not isinstance(flows, bool) and 1 <= flows <= MAX_FLOWS,
             "flows", flows, f"an integer from 1 to {MAX_FLOWS}")
@@ -447,6 +472,8 @@ def run_dumbbell(
             ", ".join(HYSTART_DETECT))
     require(timeout_s is None or (_finite(timeout_s) and timeout_s > 0), "timeout_s", timeout_s,
             "None or > 0 s")
+    if timeout_s is None:  # a run that hangs must not stall a matrix or `ccjax validate` forever
+        timeout_s = RUN_TIMEOUT_S
 
     argv = [str(build()),
             f"--flows={flows}",

@@ -116,6 +116,11 @@ def scenario_from_flags(cc: str, flows: int, bw_mbps: float, rtt_ms: Sequence[fl
                   float(duration_s))
     require(sc.buffer_pkts <= 10**8, "buffer_bdp", buffer_bdp,
             f"at most 1e8 packets ({sc.buffer_pkts} here)")
+    # ns-3's device holds its queue plus the packet on the wire, and its queue at least one:
+    # a ccjax buffer of one packet has no ns-3 equal (ns-3 would hold two)
+    require(sc.buffer_pkts >= 2, "buffer_bdp", buffer_bdp,
+            f"a buffer of at least 2 packets ({sc.buffer_pkts} here): ns-3's smallest, one "
+            "queued and one on the wire")
     return sc
 
 
@@ -381,8 +386,17 @@ class Spread:
     utilization: float
     mean_queue_delay_ms: float
     jain: float
-    loss_min: float = 0.0
-    loss_max: float = 0.0
+    #: the lowest and highest loss rate of the seeds (None: not known, the average alone)
+    loss_min: float | None = None
+    loss_max: float | None = None
+    #: each seed's per-flow throughputs, Mbps (None: not known); where the seeds disagree on the
+    #: direction of RTT unfairness, either direction is ns-3's
+    seed_throughputs: tuple[tuple[float, ...], ...] | None = None
+
+    @staticmethod
+    def none(ref: Measured) -> Spread:
+        """No spread: one run, or the seed average alone (the loss range is the average)."""
+        return Spread(0.0, 0.0, 0.0, ref.loss_rate, ref.loss_rate)
 
 
 def average(runs: Sequence[Measured]) -> tuple[Measured, Spread]:
@@ -398,7 +412,8 @@ def average(runs: Sequence[Measured]) -> tuple[Measured, Spread]:
                     [float(x) for x in thr], float(sum(m.wall_s for m in runs)),
                     float(np.mean([m.timeouts for m in runs])), float(jain.mean()))
     return mean, Spread(float(np.ptp(util)), float(np.ptp(qd)), float(np.ptp(jain)),
-                        float(loss.min()), float(loss.max()))
+                        float(loss.min()), float(loss.max()),
+                        tuple(tuple(float(x) for x in m.throughput_mbps) for m in runs))
 
 
 def run_ns3(scenarios: Sequence[Scenario], seeds: Sequence[int] = NS3_SEEDS, workers: int = 2
@@ -508,17 +523,27 @@ def _fmt_factor(x: float) -> str:
     return ">999" if not np.isfinite(x) or x > 999 else f"{x:.1f}"
 
 
-def rtt_order_preserved(sc: Scenario, a: Measured, b: Measured) -> bool:
+def rtt_order_preserved(sc: Scenario, a: Measured, b: Measured,
+                        seeds: Sequence[Sequence[float]] | None = None) -> bool:
     """With unequal RTTs, the shortest-RTT flow's share exceeds the longest's in both or in
-    neither (the direction of RTT unfairness)."""
+    neither (the direction of RTT unfairness) of ``a`` (ns-3's seed average) and ``b``.
+    ``seeds``: ns-3's per-seed throughputs; where two seeds show opposite directions (each
+    beyond a tie), ns-3 has no direction of its own to preserve, as the other checks widen to
+    what its seeds span."""
     if len(set(sc.rtt_ms)) < 2:
         return True
     lo, hi = int(np.argmin(sc.rtt_ms)), int(np.argmax(sc.rtt_ms))
-    da = a.throughput_mbps[lo] - a.throughput_mbps[hi]
+
+    def lead(thr: Sequence[float]) -> int:
+        # Shares within 2 % of each other are a tie: no direction.
+        d = thr[lo] - thr[hi]
+        return 0 if abs(d) < 0.02 * max(sum(thr), 1e-9) else (1 if d > 0 else -1)
+
+    if seeds is not None and {1, -1} <= {lead(t) for t in seeds}:
+        return True
+    da = lead(a.throughput_mbps)
     db = b.throughput_mbps[lo] - b.throughput_mbps[hi]
-    # Shares within 2 % of each other are a tie: no direction to preserve.
-    tie = 0.02 * max(sum(a.throughput_mbps), 1e-9)
-    return abs(da) < tie or (da > 0) == (db > 0)
+    return da == 0 or (da > 0) == (db > 0)
 
 
 def tolerances(ref: Measured, spread: Spread | None = None) -> dict:
@@ -527,7 +552,7 @@ def tolerances(ref: Measured, spread: Spread | None = None) -> dict:
     ``"utilization"``, ``"queue delay"`` (ms) and ``"jain"``; for ``"loss"`` the allowed range of
     loss rates ``(low, high)``, or None where ns-3's loss rate is at most ``LOSS_FLOOR`` (not
     compared)."""
-    sp = spread or Spread(0.0, 0.0, 0.0)
+    sp = spread or Spread.none(ref)
     out: dict = {
         "utilization": max(TOL_UTIL, sp.utilization),
         "queue delay": max(TOL_QDELAY_REL * ref.mean_queue_delay_ms, TOL_QDELAY_MS,
@@ -547,7 +572,7 @@ def _ns3_loss_range(ref: Measured, spread: Spread | None) -> tuple[float, float]
     is at most ``LOSS_FLOOR`` (loss is not compared there)."""
     if ref.loss_rate <= LOSS_FLOOR:
         return None
-    if spread is None:
+    if spread is None or spread.loss_min is None or spread.loss_max is None:
         return ref.loss_rate, ref.loss_rate
     return min(ref.loss_rate, spread.loss_min), max(ref.loss_rate, spread.loss_max)
 
@@ -557,7 +582,7 @@ def compare(sc: Scenario, ref: Measured, got: Measured, spread: Spread | None = 
     """Check ``got`` (ccjax) against ``ref`` (ns-3's seed average) with the issue's tolerances,
     widened to ns-3's own seed-to-seed spread where that is larger (``tolerances``): a
     difference ns-3 shows between two of its own runs is not evidence against the model."""
-    sp = spread or Spread(0.0, 0.0, 0.0)
+    sp = spread or Spread.none(ref)
     tol = tolerances(ref, spread)
     d_util = abs(got.utilization - ref.utilization)
     d_qd = abs(got.mean_queue_delay_ms - ref.mean_queue_delay_ms)
@@ -566,7 +591,7 @@ def compare(sc: Scenario, ref: Measured, got: Measured, spread: Spread | None = 
         "utilization": d_util <= tol["utilization"],
         "queue delay": d_qd <= tol["queue delay"],
         "jain": d_jain <= tol["jain"],
-        "rtt unfairness": rtt_order_preserved(sc, ref, got),
+        "rtt unfairness": rtt_order_preserved(sc, ref, got, sp.seed_throughputs),
     }
     reach = {"utilization": d_util / tol["utilization"],
              "queue delay": d_qd / tol["queue delay"], "jain": d_jain / tol["jain"]}
@@ -635,7 +660,7 @@ def markdown_table(rows: Iterable[Comparison], title: str,
              + ("---|" if itself is not None else "")]
     for i, r in enumerate(rows):
         a, b = r.ns3, r.ccjax
-        sp = r.spread or Spread(0.0, 0.0, 0.0)
+        sp = r.spread or Spread.none(a)
         lines.append(
             f"| {r.scenario.name} ({r.scenario.buffer_pkts} pkts) | {a.utilization:.3f} | "
             f"{b.utilization:.3f} | {a.mean_queue_delay_ms:.1f} | {b.mean_queue_delay_ms:.1f} | "

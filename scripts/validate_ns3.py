@@ -367,10 +367,11 @@ def main(argv=None) -> int:
         "(within 0.05; each run's index, averaged over the seeds: the index of the averaged "
         "throughputs would grow fairer with every seed added, since which flow wins varies "
         "from seed to seed), and the direction of RTT unfairness (the shortest-RTT flow "
-        "ahead of the longest in both). Where ns-3's two seeds differ by more than a "
+        "ahead of the longest in both; shares within 2 % of each other are a tie, with no "
+        "direction). Where ns-3's two seeds differ by more than a "
         "tolerance, the tolerance is widened to that spread (for loss: the range the seeds "
-        "span): a difference ns-3 shows between two runs of its own is no evidence against "
-        "the model.",
+        "span; where its seeds put opposite flows ahead, either direction): a difference ns-3 "
+        "shows between two runs of its own is no evidence against the model.",
         "",
         "Like with like: ns-3.37's TcpCubic has no Reno-friendly region (RFC 9438 §4.3), so "
         "ccjax's CUBIC runs without it here, in ns-3's whole-segment arithmetic (below); "

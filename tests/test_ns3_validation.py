@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 
 from ccjax import validation as v
+from ccjax.errors import ConfigError
 
 pytestmark = pytest.mark.slow
 
@@ -230,6 +231,31 @@ def test_comparison_says_how_far_each_check_is_off():
     assert v.distance([c, inside, none]) == pytest.approx(
         3.0 + max(inside.reach.values()) + v.DISTANCE_CAP)
     assert v.distance([]) == 0.0
+
+
+def test_rtt_direction_and_loss_range_widen_only_to_what_ns3_itself_shows():
+    """The direction of RTT unfairness: where ns-3's own seeds lead with opposite flows, either
+    direction is ns-3's; else ccjax must keep ns-3's. Without a known spread the loss range is
+    ns-3's average itself (a factor of 2 both ways), never open down to zero."""
+    sc = v.scenario_from_flags(cc="cubic", flows=2, bw_mbps=10.0, rtt_ms=[20.0, 100.0],
+                               buffer_bdp=1.0, loss=0.0, duration_s=30.0)
+    s1, s2 = v.Measured(0.99, 5.0, 0.0, [7.0, 3.0]), v.Measured(0.99, 5.0, 0.0, [4.6, 5.4])
+    ref, sp = v.average([s1, s2])
+    assert ref.throughput_mbps[0] > ref.throughput_mbps[1] + 0.2  # the mean: 20 ms ahead
+    got = v.Measured(0.99, 5.0, 0.0, [4.8, 5.2])  # 100 ms ahead, as ns-3's seed 2
+    assert v.compare(sc, ref, got, sp).checks["rtt unfairness"]
+    assert not v.rtt_order_preserved(sc, ref, got)  # against the mean alone: reversed
+    _, agree = v.average([s1, v.Measured(0.99, 5.0, 0.0, [6.0, 4.0])])
+    assert not v.compare(sc, ref, got, agree).checks["rtt unfairness"]
+    # loss: ns-3 at 1 %, ccjax at 0: outside whether the spread is known or not
+    ref_l = v.Measured(0.9, 5.0, 0.01, [5.0, 4.0])
+    zero = v.Measured(0.9, 5.0, 0.0, [5.0, 4.0])
+    for spread in (None, v.Spread(0.0, 0.0, 0.0), v.Spread.none(ref_l)):
+        assert not v.compare(sc, ref_l, zero, spread).checks["loss"], spread
+    # a buffer ns-3 cannot hold: one packet (its device holds one queued and one on the wire)
+    with pytest.raises(ConfigError, match="at least 2 packets"):
+        v.scenario_from_flags(cc="cubic", flows=1, bw_mbps=10.0, rtt_ms=[2.0], buffer_bdp=0.5,
+                              loss=0.0, duration_s=30.0)
 
 
 def test_validate_script_reads_the_self_check_seeds():
