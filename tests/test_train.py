@@ -234,3 +234,35 @@ def test_aurora_trains_on_one_preference_and_exports(tmp_path):
     assert [r["iteration"] for r in ev] == ["0", "2", "4"]
     meta = json.loads((tmp_path / "aurora" / "policy" / "policy.json").read_text())
     assert meta["pref_dim"] == 0 and meta["hidden"] == [32, 16] and meta["preference"] is None
+
+
+@pytest.mark.slow
+def test_a_kill_between_the_checkpoint_and_the_export_is_mended_on_resume(tmp_path, monkeypatch):
+    # best/ and policy/ are written after the checkpoint that records a new best evaluation;
+    # a run killed in between resumes from that checkpoint and exports it then, so they never
+    # hold a model that eval.csv and summary.json do not
+    from ccjax.train.store import Checkpoints
+    from ccjax.train.trainer import Trainer
+
+    cfg = load_algo("ppo-mocc", TINY)
+    out = tmp_path / "run"
+    real = Trainer._export
+
+    def killed(self, state, prog):
+        raise KeyboardInterrupt  # the kill, after the checkpoint
+
+    monkeypatch.setattr(Trainer, "_export", killed)
+    with pytest.raises(KeyboardInterrupt):
+        train(cfg, out, progress=False)
+    monkeypatch.setattr(Trainer, "_export", real)
+    ck = Checkpoints(out / "checkpoints")
+    at, prog = ck.latest(), ck.progress()
+    ck.close()
+    assert prog["best_iteration"] == prog["iteration"] == at
+    assert not (out / "best").exists() and not (out / "policy").exists()
+    s = train(cfg, out, resume=True, progress=False, max_iters=at)  # no further iteration
+    assert s["best_iteration"] == at
+    best = Checkpoints(out / "best", keep=1)
+    assert best.latest() == at
+    best.close()
+    assert (out / "policy" / "policy.json").is_file()

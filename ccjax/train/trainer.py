@@ -148,6 +148,7 @@ class Trainer:
             self.metrics.truncate(prog["metric_rows"])
             self.evals.truncate(prog["eval_rows"])
             self.log(f"resumed at iteration {prog['iteration']}")
+            self._mend_export(state, prog)
         elif self.resume:
             self.metrics.truncate(0)
             self.evals.truncate(0)
@@ -203,6 +204,7 @@ class Trainer:
                         last_ckpt = prog["iteration"]
                 if prog["seg_iter"] < seg.n_iters:
                     break  # max_iters reached mid-segment
+                new_best = False
                 if seg.evaluate:
                     r = self._evaluate(evaluator, state, eval_prefs, prog, seg.phase, seg.cycle)
                     # landmark schedules judge convergence on the mean over the landmarks;
@@ -214,11 +216,16 @@ class Trainer:
                     if prog["evals"][-1] > prog.get("best", -np.inf):
                         # policy/ holds the best evaluated model, not merely the last
                         prog["best"], prog["best_iteration"] = prog["evals"][-1], prog["iteration"]
-                        self._export(state, prog)
+                        new_best = True
                 prog["segment"] += 1
                 prog["seg_iter"] = 0
                 self._save(state, prog)
                 last_ckpt = prog["iteration"]
+                if new_best:
+                    # exported after the checkpoint that records it: a run killed in between
+                    # resumes from that checkpoint and exports it then (``_mend_export``), so
+                    # best/ and policy/ never hold a model the run's records do not
+                    self._export(state, prog)
             self._save(state, prog)
         finally:
             bar.close()
@@ -289,6 +296,22 @@ class Trainer:
                 "backend": jax.default_backend(), "devices": len(jax.devices()),
                 "machine": platform.platform(),
                 "final_eval": last}
+
+    def _mend_export(self, state: Any, prog: dict[str, Any]) -> None:
+        """After a resume: if the checkpoint resumed from is the best evaluation and best/ does
+        not hold it (the run was killed between the checkpoint and the export), export it."""
+        if prog.get("best_iteration") != prog["iteration"]:
+            return
+        best = self.out / "best"
+        have = None
+        if best.is_dir():
+            ck = Checkpoints(best, keep=1)
+            try:
+                have = ck.latest()
+            finally:
+                ck.close()
+        if have != prog["iteration"] or not (self.out / "policy").is_dir():
+            self._export(state, prog)
 
     def _export(self, state: Any, prog: dict[str, Any]) -> None:
         """policy/ (the actor, for deployment and evaluation) and best/ (the whole learner
