@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 
@@ -24,30 +25,27 @@ def _items(text: str, field: str, what: str) -> list[str]:
     return items
 
 
-def _floats(field: str):
-    def parse(text: str) -> list[float]:
-        items = _items(text, field, "a number or a list of numbers")
+def _list_of(field: str, convert, one: str, many: str):
+    """An argparse type: ``text`` as a comma-separated list of ``convert``-ed items (``one``,
+    ``many``: what an item and a list are called in the error)."""
+    def parse(text: str) -> list:
+        items = _items(text, field, f"{one} or a list of {many}")
         try:
-            return [float(x) for x in items]
+            return [convert(x) for x in items]
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{field}={text!r} is invalid: a number or a comma-separated list of numbers"
+                f"{field}={text!r} is invalid: {one} or a comma-separated list of {many}"
             ) from None
 
     return parse
+
+
+def _floats(field: str):
+    return _list_of(field, float, "a number", "numbers")
 
 
 def _ints(field: str):
-    def parse(text: str) -> list[int]:
-        items = _items(text, field, "an integer or a list of integers")
-        try:
-            return [int(x) for x in items]
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{field}={text!r} is invalid: an integer or a comma-separated list of integers"
-            ) from None
-
-    return parse
+    return _list_of(field, int, "an integer", "integers")
 
 
 def _names_of(field: str):
@@ -108,8 +106,6 @@ _DUMBBELL_FLAGS = ("flows", "bw_mbps", "rtt_ms", "start_s", "stop_s", "buffer_pk
 
 
 def _links_for(args):
-    import math
-
     from ccjax.api import link_from_flags
     from ccjax.sim.trace import load_mahimahi
 
@@ -176,8 +172,6 @@ def _print_table(summary: dict, name: str) -> None:
 
 
 def cmd_simulate(args) -> int:
-    import math
-
     from ccjax.api import simulate
     from ccjax.plot import check_plot_path, plot_run
 
@@ -418,8 +412,6 @@ _BENCH_FLAGS = {
 
 def _bench_flags(args) -> None:
     """Refuse the flags of another benchmark (they would be ignored), then fill the defaults."""
-    import math
-
     if args.what not in ("sim", "train", "sweep"):
         raise ConfigError(f"bench={args.what!r} is invalid: known benchmarks are sim, train, "
                           "sweep")

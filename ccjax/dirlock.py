@@ -18,6 +18,15 @@ from ccjax.errors import ConfigError
 LOCK_NAME = ".lock"
 
 
+def nearest_folder(path: str | os.PathLike[str]) -> tuple[Path, bool]:
+    """The nearest path that exists on the way up from ``path`` (to be created below it), and
+    whether it is a folder this process can create entries in."""
+    up = Path(path).absolute().parent
+    while not up.exists():
+        up = up.parent
+    return up, up.is_dir() and os.access(up, os.W_OK | os.X_OK)
+
+
 class DirLock:
     """``with DirLock(folder, "sweep"):`` holds ``folder``'s lock (creating the folder) or
     raises ``ConfigError`` naming the process that holds it."""

@@ -59,6 +59,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from ccjax.dirlock import nearest_folder
 from ccjax.errors import ConfigError, require
 
 #: pkg-config modules the program links against
@@ -331,11 +332,9 @@ def bundle(dest: str | Path) -> Path:
     dest = Path(dest).expanduser().resolve()
     require(not dest.exists() or (dest.is_dir() and not any(dest.iterdir())), "dest",
             str(dest), "a folder that does not exist yet or is empty")
-    up = dest.parent
-    while not up.exists():
-        up = up.parent
-    require(up.is_dir() and os.access(up, os.W_OK | os.X_OK), "dest", str(dest),
-            f"a folder that can be made: {up} is not a writable folder")
+    up, writable = nearest_folder(dest)
+    require(writable, "dest", str(dest), f"a folder that can be made: {up} is not a writable "
+            "folder")
     if os.environ.get(PROGRAM_ENV):
         raise ConfigError(f"{PROGRAM_ENV} is set: unset it to bundle the program built from "
                           f"{source_path()}")

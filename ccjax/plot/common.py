@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ccjax.dirlock import nearest_folder
 from ccjax.errors import ConfigError
 
 FORMATS = (".png", ".pdf", ".svg")
@@ -30,12 +31,10 @@ def check_plot_path(path: str | Path) -> Path:
         raise ConfigError(f"plot={str(p)!r} is invalid: it is a folder; name a file in it")
     if p.exists() and not os.access(p, os.W_OK):
         raise ConfigError(f"plot={str(p)!r} is invalid: the file exists and is not writable")
-    up = p.absolute().parent
-    while not up.exists():
-        up = up.parent
+    up, writable = nearest_folder(p)
     if not up.is_dir():
         raise ConfigError(f"plot={str(p)!r} is invalid: {up} is a file, not a folder")
-    if not os.access(up, os.W_OK | os.X_OK):
+    if not writable:
         raise ConfigError(f"plot={str(p)!r} is invalid: the folder {up} is not writable")
     return p
 

@@ -238,9 +238,7 @@ def _how(info: dict[str, Any]) -> str:
 
 
 def _open(spec: SweepSpec, out: Path, resume: bool) -> Ledger:
-    exists = (out / "ledger.sqlite").is_file()
-    if resume and not exists:
-        raise ConfigError(f"out={str(out)!r} is invalid for --resume: no ledger.sqlite there")
+    exists = (out / "ledger.sqlite").is_file()  # (a --resume without one: run_sweep refused it)
     out.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(out)
     # a ledger without trials was cut off while being set up (killed before its trials were

@@ -126,9 +126,9 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self, max_iters: int | None = None) -> dict[str, Any]:
-        check_max_iters(max_iters)
-        check_out(self.out, self.resume)
-        # one process per run directory (``ccjax.dirlock``)
+        # One process per run directory (``ccjax.dirlock``). ``train`` and ``adapt`` checked
+        # max_iters and the folder before they built anything; ``_open`` checks the folder
+        # again under the lock.
         with DirLock(self.out, "training run"):
             return self._run(max_iters)
 
