@@ -20,6 +20,7 @@ from ccjax.cc.mix import Mix, MixParams
 from ccjax.cc.registry import get_controller
 from ccjax.errors import ConfigError, require
 from ccjax.sim.link import MODELS, WINDOW_SENDERS, LinkSpec, build_links, plan
+from ccjax.sim.resolution import resolve_tick
 from ccjax.sim.run import RunResult, make_timeline, run
 from ccjax.units import mbps_to_bytes_per_s
 
@@ -71,7 +72,9 @@ def simulate(
     """Simulate a batch of links, every flow driven by controller ``cc`` (one name, or one per
     flow), for ``duration_s`` seconds; returns the run with per-interval series, each
     ``series_interval_s`` long (default 0.1 s, or the whole run if it is shorter; an explicit
-    value longer than the run is an error, not shortened)."""
+    value longer than the run is an error, not shortened). ``tick_s`` is the longest tick: a
+    controller that needs a finer one (Copa, ``ccjax.sim.resolution``) gets it, and the run's
+    config records the tick used."""
     require(model in MODELS, "model", model, f"one of {', '.join(MODELS)}")
     require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s,
             "a finite number > 0 s")
@@ -103,6 +106,7 @@ def simulate(
 
     require(window_sender in WINDOW_SENDERS, "window_sender", window_sender,
             f"one of {', '.join(WINDOW_SENDERS)}")
+    tick_s = resolve_tick(tick_s, members, links)
     cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model,
                         window_sender=window_sender, retx_loss=bool(retx_loss))
     batch = build_links(links, cfg, horizon)
@@ -166,6 +170,8 @@ def run_controller(
     n_flows = max(s.n_flows for s in links)
     require(window_sender in WINDOW_SENDERS, "window_sender", window_sender,
             f"one of {', '.join(WINDOW_SENDERS)}")
+    require(math.isfinite(tick_s) and 1e-6 <= tick_s <= 1.0, "tick_s", tick_s, "from 1e-6 to 1 s")
+    tick_s = resolve_tick(tick_s, [controller], links)
     cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model,
                         window_sender=window_sender, retx_loss=bool(retx_loss))
     batch = build_links(links, cfg, horizon)

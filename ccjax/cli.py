@@ -90,7 +90,9 @@ def _add_simulate(sub) -> None:
                    help="packet model: retransmissions meet the random loss too, and a lost one "
                    "costs a loss-based sender a retransmission timeout (SACK recovery without "
                    "RACK, as in ns-3.37); default: every loss is repaired by one retransmission")
-    p.add_argument("--tick-ms", type=float, default=1.0, help="simulator tick (default 1 ms)")
+    p.add_argument("--tick-ms", type=float, default=1.0,
+                   help="simulator tick, the longest (default 1 ms; a run with copa uses at most "
+                   "one packet time at the fastest link, e.g. 0.2 ms at 50 Mbps)")
     p.add_argument("--links", type=int, default=1, help="links to sample from a scenario")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--series-interval-s", type=float, default=None,
@@ -612,7 +614,9 @@ def _add_eval(sub) -> None:
                    "(default: the model's own)")
     e.add_argument("--sim-model", choices=["packet", "fluid"], default="packet",
                    help="simulator model (default packet)")
-    e.add_argument("--tick-ms", type=float, default=1.0, help="simulator tick (default 1 ms)")
+    e.add_argument("--tick-ms", type=float, default=1.0,
+                   help="simulator tick, the longest (default 1 ms; copa runs at at most one "
+                   "packet time at the fastest link, and its row says so)")
     e.add_argument("--init-rate-frac", type=float, default=0.5,
                    help="a policy's initial rate, fraction of the link capacity (default 0.5)")
     e.add_argument("--json", action="store_true", help="print one JSON object (with per-link "
@@ -661,6 +665,11 @@ def cmd_eval(args) -> int:
     c = Console(width=None if sys.stdout.isatty() else 120)
     c.print(t)
     c.print("means over links of flow 0; reward = w^T O (MOCC Eq. 2) from the run's totals")
+    for r in res.rows:
+        if r["tick_s"] != res.tick_s:
+            c.print(f"{r['method']} ran at {r['tick_s'] * 1e3:g} ms ticks, not "
+                    f"{res.tick_s * 1e3:g}: its queue target needs a finer tick at these "
+                    "links' rates (ccjax.sim.resolution)")
     if args.csv:
         c.print(f"table written to {args.csv}")
     return 0

@@ -62,6 +62,7 @@ from ccjax.cc.registry import CONTROLLERS
 from ccjax.errors import ConfigError, require
 from ccjax.sim import capacity
 from ccjax.sim.link import MODELS, LinkSpec, build_links, plan
+from ccjax.sim.resolution import resolve_tick
 from ccjax.sim.run import RunResult, Timeline, make_runner, make_timeline, run, summarize
 from ccjax.sim.scenario import Scenario, load_scenario
 
@@ -93,7 +94,7 @@ class EvalResult:
     seed: int
     duration_s: float
     model: str
-    tick_s: float
+    tick_s: float  # the longest tick; each row's ``tick_s`` is the one its method ran at
     n_links: int
     rows: list[dict] = field(default_factory=list)
     per_link: list[dict] = field(default_factory=list)
@@ -104,7 +105,7 @@ class EvalResult:
     def write_csv(self, path: str | os.PathLike) -> Path:
         """Write the table (one row per method) as CSV."""
         p = Path(path)
-        keys = ["method", "kind", "preference", *COLUMNS, "links"]
+        keys = ["method", "kind", "preference", *COLUMNS, "links", "tick_s"]
         with p.open("w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
             w.writeheader()
@@ -272,18 +273,25 @@ def evaluate(
     specs, label, duration_s, n_flows = _resolve_links(scenario, links, seed, duration_s)
     w_default = w_given or next((m.preference for m in resolved if m.preference), None) \
         or EQUAL_PREFERENCE
-    cfg, horizon = plan(specs, duration_s, n_flows=n_flows, tick_s=tick_s, model=model)
-    batch = build_links(specs, cfg, horizon)
     B = len(specs)
-    cap = np.asarray(capacity.mean_rate_jnp(batch.sched)) / cfg.tick_s  # bytes/s per link
     # the keys of ccjax.api.simulate: one per link, split from the seed
     keys = jax.random.split(jax.random.PRNGKey(int(seed)), B)
-    timeline = make_timeline(duration_s, duration_s, cfg.tick_s)  # totals only
+    setups: dict[float, tuple] = {}
+
+    def setup(tick: float) -> tuple:
+        """The links planned for one tick (a method may need a finer one than ``tick_s``)."""
+        if tick not in setups:
+            cfg, horizon = plan(specs, duration_s, n_flows=n_flows, tick_s=tick, model=model)
+            batch = build_links(specs, cfg, horizon)
+            cap = np.asarray(capacity.mean_rate_jnp(batch.sched)) / cfg.tick_s  # bytes/s
+            setups[tick] = (cfg, batch, cap, make_timeline(duration_s, duration_s, cfg.tick_s))
+        return setups[tick]
 
     out = EvalResult(scenario=label, seed=int(seed), duration_s=float(duration_s), model=model,
-                     tick_s=float(cfg.tick_s), n_links=B)
+                     tick_s=float(tick_s), n_links=B)
     for m in resolved:
         w = np.asarray(m.preference or w_default, np.float64)
+        cfg, batch, cap, timeline = setup(resolve_tick(tick_s, [m.controller], specs))
         params = _batched_params(m, B, cfg.n_flows, cap, init_rate_frac)
         res = run(cfg, m.controller, batch, params, keys, timeline)
         per = []
@@ -294,7 +302,8 @@ def evaluate(
         out.per_link.extend(per)
         mean = {c: _mean_over_links([r[c] for r in per]) for c in COLUMNS}
         out.rows.append({"method": m.label, "kind": m.kind, "preference": [float(x) for x in w],
-                         **mean, "links": B, "compile_s": res.compile_s, "run_s": res.wall_s})
+                         **mean, "links": B, "tick_s": float(cfg.tick_s),
+                         "compile_s": res.compile_s, "run_s": res.wall_s})
     return out
 
 
@@ -321,7 +330,7 @@ class PreferenceGrid:
     seed: int
     duration_s: float
     model: str
-    tick_s: float
+    tick_s: float  # the tick the method ran at (``tick_s`` or finer, ``ccjax.sim.resolution``)
     n_links: int
     n_preferences: int
     simulated: int
@@ -421,7 +430,8 @@ def evaluate_preferences(
     specs, label, duration_s, n_flows = _resolve_links(scenario, links, seed, duration_s)
     M, N = len(specs), len(W)
     per_pref = bool(isinstance(m.controller, PolicyController) and m.controller.pref_dim)
-    cfg, horizon = plan(specs, duration_s, n_flows=n_flows, tick_s=tick_s, model=model)
+    cfg, horizon = plan(specs, duration_s, n_flows=n_flows,
+                        tick_s=resolve_tick(tick_s, [m.controller], specs), model=model)
     timeline = make_timeline(duration_s, duration_s, cfg.tick_s)  # totals only
     link_keys = jax.random.split(jax.random.PRNGKey(int(seed)), M)
     out = PreferenceGrid(method=m.label, kind=m.kind, scenario=label, seed=int(seed),

@@ -14,6 +14,7 @@ from ccjax.envs.rewards import get_reward
 from ccjax.envs.single_flow import EnvParams, SingleFlowEnv
 from ccjax.errors import ConfigError, require
 from ccjax.sim.link import MODELS, LinkSpec, build_links, plan
+from ccjax.sim.resolution import resolve_tick
 from ccjax.sim.scenario import Scenario, load_scenario
 from ccjax.units import PACKET_BYTES
 
@@ -96,6 +97,14 @@ def make_single_flow(
                          start_s=tuple(s.start_s) * (1 + n_cross),
                          stop_s=None if s.stop_s is None else tuple(s.stop_s) * (1 + n_cross))
                  for s in specs]
+    if controller is not None:
+        # The training tick is the policy's clock (MIs, tick budgets): it is not refined for
+        # the cross traffic as a run's is (ccjax.sim.resolution), so a too-coarse one is an error.
+        need = resolve_tick(tick_s, [controller], specs)
+        if need < tick_s:
+            raise ConfigError(f"cross={cross!r} is invalid with tick_s={tick_s:g}: {cross} needs "
+                              f"a tick of at most {need:g} s at these links' rates "
+                              "(ccjax.sim.resolution); give a finer tick_ms")
     cfg, horizon = plan(specs, duration, n_flows=1 + n_cross, tick_s=tick_s, model=model)
     pool_params = build_links(specs, cfg, horizon)
     env = SingleFlowEnv(sim=cfg, history=history, episode_len=episode_len, use_pref=use_pref,
