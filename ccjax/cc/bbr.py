@@ -54,7 +54,8 @@ How the per-ACK machinery maps onto MIs (one MI = one RTprop estimate):
 * RTprop's sample: the MI's lowest RTT (``rtt_min``); ``stats.min_rtt`` is the sender's lifetime
   minimum and never expires, so it cannot be used.
 * The window follows ``bbr_set_cwnd``: once the pipe is full ``cwnd = min(cwnd + acked, target)``,
-  before that it grows by the acked bytes while below the target, where ``target = cwnd_gain * BDP + 3 send quanta`` (+2 packets in the 5/4 phase,
+  before that it grows by the acked bytes while below the target, where
+  ``target = cwnd_gain * BDP + 3 send quanta`` (+2 packets in the 5/4 phase,
   ``bbr_quantization_budget``); a quantum is what the pacer releases in 1 ms (Linux's TSO
   autosizing goal, at least 2 packets, at most 64 KB), which here is one tick of sending. The
   window changes only in MIs with ACKs, never goes below 4 packets, and is 4 packets in PROBE_RTT.

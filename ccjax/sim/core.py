@@ -459,7 +459,7 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     m = s.mi
     mi = MIAccum(
         ticks=m.ticks + 1.0, sent=m.sent + send, acked=m.acked + ack_b, lost=m.lost + lost_b,
-        rtt_w=m.rtt_w + w, rtt_sum=m.rtt_sum + w * rtt,
+        rtt_w=m.rtt_w + w, rtt_sum=m.rtt_sum + w * rtt, rtt_sq=m.rtt_sq + w * (rtt - base) ** 2,
         rtt_min=jnp.where(has, jnp.minimum(m.rtt_min, rtt), m.rtt_min),
         rtt_max=jnp.where(has, jnp.maximum(m.rtt_max, rtt), m.rtt_max),
         srtt_min=jnp.where(has, jnp.minimum(m.srtt_min, srtt), m.srtt_min),

@@ -73,6 +73,9 @@ class MIAccum(struct.PyTreeNode):
     lost: jnp.ndarray
     rtt_w: jnp.ndarray  # acked bytes with an RTT sample
     rtt_sum: jnp.ndarray  # sum of bytes * RTT (s)
+    #: sum of bytes * (RTT - base RTT)^2 (s^2): the exact second moment, taken about the base
+    #: RTT so that the variance does not cancel away in float32 (see ``finalize``)
+    rtt_sq: jnp.ndarray
     rtt_min: jnp.ndarray
     rtt_max: jnp.ndarray
     srtt_min: jnp.ndarray  # lowest smoothed RTT after a tick with ACKs
@@ -88,7 +91,7 @@ class MIAccum(struct.PyTreeNode):
     @classmethod
     def zeros(cls, F: int, bins: int) -> MIAccum:
         z = jnp.zeros(F, jnp.float32)
-        return cls(ticks=z, sent=z, acked=z, lost=z, rtt_w=z, rtt_sum=z,
+        return cls(ticks=z, sent=z, acked=z, lost=z, rtt_w=z, rtt_sum=z, rtt_sq=z,
                    rtt_min=jnp.full(F, jnp.inf, jnp.float32), rtt_max=z,
                    srtt_min=jnp.full(F, jnp.inf, jnp.float32), h1_w=z, h1_sum=z,
                    h2_w=z, h2_sum=z, hist=jnp.zeros((F, bins), jnp.float32), qmax=z,
@@ -112,6 +115,9 @@ class MIStats(struct.PyTreeNode):
     rtt_max: jnp.ndarray
     rtt_first_half: jnp.ndarray
     rtt_second_half: jnp.ndarray
+    #: variance (s^2) of the MI's RTT samples, weighted by their acked bytes as ``rtt_mean`` is
+    #: (the exact second moment, not the histogram's); 0 without samples
+    rtt_var: jnp.ndarray
     send_rate: jnp.ndarray  # bytes/s
     delivery_rate: jnp.ndarray  # acked bytes/s
     loss_rate: jnp.ndarray  # lost / (acked + lost) learned this MI
@@ -152,7 +158,7 @@ class MIStats(struct.PyTreeNode):
         z = jnp.zeros(F, jnp.float32)
         return cls(duration_s=z, sent_bytes=z, acked_bytes=z, lost_bytes=z, rtt_samples=z,
                    rtt_mean=rtt_s, rtt_min=rtt_s, rtt_max=rtt_s,
-                   rtt_first_half=rtt_s, rtt_second_half=rtt_s, send_rate=z,
+                   rtt_first_half=rtt_s, rtt_second_half=rtt_s, rtt_var=z, send_rate=z,
                    delivery_rate=z, loss_rate=z, cwnd=z, inflight=z, srtt=rtt_s, srtt_min=rtt_s,
                    min_rtt=rtt_s,
                    base_rtt=rtt_s, qdelay_hist=jnp.zeros((F, bins), jnp.float32),
@@ -167,12 +173,18 @@ def finalize(acc: MIAccum, tick_s: float, base_rtt_s: jnp.ndarray, srtt: jnp.nda
     mean = jnp.where(has, acc.rtt_sum / jnp.maximum(acc.rtt_w, 1e-30), srtt)
     h1 = jnp.where(acc.h1_w > 0, acc.h1_sum / jnp.maximum(acc.h1_w, 1e-30), mean)
     h2 = jnp.where(acc.h2_w > 0, acc.h2_sum / jnp.maximum(acc.h2_w, 1e-30), mean)
+    # E[x^2] - E[x]^2 with x = RTT - base RTT (the queueing delay). Taken about the base rather
+    # than 0, the float32 error of the variance stays below (0.04 ms)^2 over a 60-tick MI at a
+    # 40 ms base RTT and a 35 ms queue (against float64; (0.06 ms)^2 from raw RTTs).
+    q = mean - base_rtt_s
+    var = acc.rtt_sq / jnp.maximum(acc.rtt_w, 1e-30) - q * q
+    var = jnp.where(has, jnp.maximum(jnp.nan_to_num(var), 0.0), 0.0)
     fb = acc.acked + acc.lost
     return MIStats(
         duration_s=dur, sent_bytes=acc.sent, acked_bytes=acc.acked, lost_bytes=acc.lost,
         rtt_samples=acc.rtt_w, rtt_mean=mean,
         rtt_min=jnp.where(has, acc.rtt_min, srtt), rtt_max=jnp.where(has, acc.rtt_max, srtt),
-        rtt_first_half=h1, rtt_second_half=h2,
+        rtt_first_half=h1, rtt_second_half=h2, rtt_var=var,
         send_rate=acc.sent / dur, delivery_rate=acc.acked / dur,
         loss_rate=jnp.where(fb > 0, acc.lost / jnp.maximum(fb, 1e-30), 0.0),
         cwnd=cwnd, inflight=inflight, srtt=srtt,
