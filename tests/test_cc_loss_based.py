@@ -193,6 +193,33 @@ def test_newreno_loss_no_later_packet_reveals_waits_for_the_timer():
     assert not bool(s2.ep.stalled[0])
 
 
+@pytest.mark.parametrize("ctl", [NewReno(), Cubic()], ids=lambda c: c.name)
+def test_a_timeouts_own_losses_reported_after_it_start_no_new_stall(ctl):
+    """Losses of packets sent before a timeout, reported after it fired (their reports queued
+    behind a long backlog), belong to the episode the timeout handled (RFC 6582's recover
+    point): they neither pin the restarted window at one packet nor arm a second timer."""
+    p = ctl.default_params(1)
+    s, _ = ctl.init(p, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 40 * MSS))
+    f = lambda v: jnp.full(1, v, jnp.float32)  # noqa: E731
+    for _ in range(30):  # 40 packets out, nothing back for more than the 1 s RTO
+        s, d = ctl.on_interval(s, mi(acked_pkts=0, inflight_pkts=40).replace(sent_pkts=f(40)), p)
+    assert float(s.ep.timeouts[0]) == 1.0 and pkts(d.cwnd) == pytest.approx(1.0)
+    # the old window's losses arrive now, nothing acked, nothing else in flight
+    late = mi(acked_pkts=0, lost_pkts=10, inflight_pkts=0).replace(lost_seq=f(20), sent_pkts=f(41))
+    s, d = ctl.on_interval(s, late, p)
+    assert not bool(s.ep.stalled[0]) and float(s.ep.hole_at[0]) >= NO_HOLE
+    assert float(s.ep.recoveries[0]) == 0.0
+    # and the restarted slow start grows once ACKs go beyond the old window's 30 unreported
+    s, d = ctl.on_interval(s, mi(acked_pkts=35, inflight_pkts=0).replace(sent_pkts=f(42)), p)
+    assert pkts(d.cwnd) == pytest.approx(6.0)
+    # a whole window lost after the timeout, with nothing acked, still waits for the timer
+    lost_new = mi(acked_pkts=0, lost_pkts=2, inflight_pkts=0).replace(lost_seq=f(42),
+                                                                     sent_pkts=f(44))
+    s, d = ctl.on_interval(s, lost_new, p)
+    assert bool(s.ep.stalled[0])
+
+
 def test_first_windows_into_a_small_buffer_are_admitted_flow_by_flow():
     """Four ACK-clocked flows' first windows (40 packets at once) into a buffer of 8: drop-tail
     admits them one flow's burst after another, so some flows lose theirs whole and learn it
@@ -338,6 +365,42 @@ def test_cubic_window_follows_the_cubic_after_a_loss():
         target = 0.4 * (t + RTT - k) ** 3 + w0
         assert pkts(d.cwnd) == pytest.approx(np.clip(target, w, 1.5 * w), rel=2e-3)
     assert pkts(d.cwnd) > w0  # convex region beyond W_max
+
+
+def test_cubic_slow_start_loss_reduces_the_window_its_acks_had_grown():
+    """RFC 9438 §4.6 with a per-ACK sender's FlightSize and window (as NewReno's): an MI that
+    began at 40 packets in slow start, acked 30 and reported a loss reduces from 70; ns-3's
+    arithmetic keeps the window at the MI's start (floor(0.7 x 40) = 28)."""
+    c = Cubic()
+    p = c.default_params(1)
+    s, _ = c.init(p, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 40 * MSS))
+    s, d = c.on_interval(s, mi(acked_pkts=30, lost_pkts=1, inflight_pkts=40), p)
+    assert pkts(s.ssthresh) == pytest.approx(49.0) and pkts(d.cwnd) == pytest.approx(49.0)
+    assert float(s.w_max[0]) == pytest.approx(70.0)
+    p3 = p.replace(ns3_integer=jnp.ones(1, bool), reno_friendly=jnp.zeros(1, bool))
+    s, _ = c.init(p3, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 40 * MSS))
+    s, d = c.on_interval(s, mi(acked_pkts=30, lost_pkts=1, inflight_pkts=40), p3)
+    assert pkts(s.ssthresh) == pytest.approx(28.0)
+
+
+def test_cubic_loss_after_a_timeout_never_raises_the_window():
+    """After a timeout the old flight can exceed the window; a loss then reduces from the
+    flight but never above the window (as NewReno)."""
+    c = Cubic()
+    p = c.default_params(1)
+    s, _ = c.init(p, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 40 * MSS), ssthresh=jnp.full(1, 30 * MSS))
+    f = lambda v: jnp.full(1, v, jnp.float32)  # noqa: E731
+    for _ in range(30):
+        s, d = c.on_interval(s, mi(acked_pkts=0, inflight_pkts=40).replace(sent_pkts=f(100)), p)
+    assert float(s.ep.timeouts[0]) == 1.0
+    s, d = c.on_interval(s, mi(acked_pkts=2, inflight_pkts=39).replace(sent_pkts=f(101)), p)
+    before = pkts(s.cwnd)
+    s, d = c.on_interval(s, mi(acked_pkts=2, lost_pkts=1, inflight_pkts=38).replace(
+        lost_seq=f(101), sent_pkts=f(102)), p)
+    assert float(s.ep.recoveries[0]) == 1.0 and pkts(s.cwnd) <= before
 
 
 def test_cubic_fast_convergence_lowers_w_max():

@@ -173,7 +173,7 @@ class Cubic:
         ss_cwnd = jnp.where(hy_exit, cwnd, ss_cwnd)
 
         # --- Congestion avoidance. A stage that starts without a reduction (slow start reached
-        # ssthresh, only possible after a timeout here) has K = 0 and W_max = W_est = cwnd at its
+        # ssthresh after a timeout, or HyStart ended it) has K = 0 and W_max = W_est = cwnd at its
         # beginning (§4.8, §4.10); W_max was reset to 0 at the timeout so max() picks cwnd.
         w = cwnd / MSS  # packets
         fresh = ~state.in_epoch
@@ -208,17 +208,26 @@ class Cubic:
 
         # --- Loss episode: §4.7 fast convergence, then §4.6 multiplicative decrease; the new
         # CA stage starts now, with cwnd_epoch = the reduced window.
-        w_max_loss = jnp.where(p.fast_convergence & (w < state.w_max), w * (1.0 + p.beta) / 2.0,
-                               w)
-        ssthresh_red = jnp.maximum(ev.flight * p.beta, 2.0 * MSS)
+        # FlightSize and the window are a per-ACK sender's (as NewReno's): in slow start each
+        # ACK before the loss report grew the window and sent that growth at once, and here
+        # the window moves at MI ends, so this MI's slow-start growth (``ss_cwnd - cwnd``) is
+        # added. With HyStart's one-RTT slow-start MIs it is up to a window (one flow, 20 Mbps,
+        # 40 ms, 5-packet buffer: ssthresh 70 packets without it, 92 with it; 85 with 1/16-RTT
+        # MIs). ns-3's arithmetic (``ns3_integer``) keeps the window at the MI's start: there
+        # the growth moved ccjax away from ns-3 (docs/validation-history.md).
+        owed = jnp.where(ev.loss & in_ss & ~p.ns3_integer, ss_cwnd - cwnd, 0.0)
+        w_max_loss = jnp.where(p.fast_convergence & (w + owed / MSS < state.w_max),
+                               (w + owed / MSS) * (1.0 + p.beta) / 2.0, w + owed / MSS)
+        ssthresh_red = jnp.maximum((ev.flight + owed) * p.beta, 2.0 * MSS)
         w_epoch = ssthresh_red / MSS
         w_max = jnp.where(ev.loss, w_max_loss, w_max)
         k = jnp.where(ev.loss, cubic_k(w_max_loss, w_epoch, p.c), k)
         epoch_start = jnp.where(ev.loss, now, epoch_start)
         in_epoch = jnp.where(ev.loss, True, in_epoch)
         w_est = jnp.where(ev.loss, w_epoch, w_est)
-        cwnd_prior = jnp.where(ev.loss | ev.timeout, w, cwnd_prior)
-        cwnd_new = jnp.where(ev.loss, ssthresh_red, cwnd_new)
+        cwnd_prior = jnp.where(ev.loss | ev.timeout, w + owed / MSS, cwnd_prior)
+        # A reduction never raises the window (after a timeout the flight can exceed it).
+        cwnd_new = jnp.where(ev.loss, jnp.minimum(ssthresh_red, cwnd + owed), cwnd_new)
 
         # --- Timeout (§4.8): one packet, slow start to ssthresh = beta * FlightSize, and a fresh
         # CA stage (K = 0, W_max = cwnd) when slow start ends.

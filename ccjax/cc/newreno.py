@@ -32,8 +32,9 @@ is RFC 6582's "no increase during recovery" at MI granularity.
 
 Retransmission timeout. RFC 6298 §2: ``RTO = SRTT + max(G, 4 RTTVAR)``, at least 1 s (§2.4), at
 most 60 s (§2.5), doubled on each back-to-back timeout (§5.5). The simulator keeps SRTT; RTTVAR
-is kept here from one sample per MI (CUBIC and Vegas: one per RTT, the sampling rate RFC 6298
-§3 was designed for; NewReno: four per RTT, as a per-ACK sender samples more often still). The
+is kept here from one sample per MI (Vegas: one per RTT, the sampling rate RFC 6298 §3 was
+designed for; NewReno and CUBIC in congestion avoidance: four per RTT, as a per-ACK sender
+samples more often still). The
 timer (§5.1, §5.2) runs while data is in flight and restarts whenever feedback
 arrives; its expiry is checked at MI ends, so it fires up to one MI late. With the 1 s floor it
 only fires when the path stops delivering for a second (e.g. an outage in a trace), or for a
@@ -190,7 +191,15 @@ def track_episodes(ep: Episodes, stats: MIStats, min_rto_s: jnp.ndarray,
     # flows' first windows into a buffer of 8 packets: two or three flows lose theirs whole and
     # time out 1 s later.) The simulator reports every loss one RTT after it; here the report
     # of a blind one is held back to the timer.
-    blind = (lost > 0) & (acked <= 0) & (flight <= 0) & ~hole & ~timeout
+    # Only a loss of a packet sent after the last reduction (``after`` below) is blind: a
+    # timeout's own lost window, reported after the timer fired (its reports queued behind a
+    # long backlog, e.g. a trace outage), belongs to the episode the timeout handled; held back
+    # as a new one it pinned the restarted window at one packet until a second, spurious
+    # timeout (CUBIC, 2 flows, 40 ms, an outage from 1.5 to 3 s: the RTO at 3.04 s, the old
+    # losses reported at 3.08 s, the next timeout at 5.04 s).
+    by_seq = stats.lost_seq > 0
+    after = jnp.where(by_seq, stats.lost_seq > ep.recover, lost > ep.old_bytes)
+    blind = (lost > 0) & after & (acked <= 0) & (flight <= 0) & ~hole & ~timeout
     hole_at = jnp.where(timeout, NO_HOLE,
                         jnp.where(new_hole, now + rto,
                                   jnp.where(blind, ep.progress_at + rto, ep.hole_at)))
@@ -205,9 +214,7 @@ def track_episodes(ep: Episodes, stats: MIStats, min_rto_s: jnp.ndarray,
     # them than old bytes left to report, and new losses reported while old bytes remain pass
     # for the last episode's tail. Measured against the stored ns-3 runs (eight ccjax seeds),
     # positions instead of the count: 152 -> 154 scenarios within every tolerance, distance
-    # 112.6 -> 112.4 (seeds 9-16: 154 -> 154, 113.2 -> 109.3).
-    by_seq = stats.lost_seq > 0
-    after = jnp.where(by_seq, stats.lost_seq > ep.recover, lost > ep.old_bytes)
+    # 112.6 -> 112.4 (seeds 9-16: 154 -> 154, 113.2 -> 109.3). (``after`` is computed above.)
     loss = (lost > 0) & after & ~timeout & ~holding
     old_here = jnp.minimum(ep.old_bytes, reported)
     # ACKs beyond the old bytes acknowledge data sent after the reduction: only those grow the
