@@ -106,7 +106,7 @@ def simulate(
 
     require(window_sender in WINDOW_SENDERS, "window_sender", window_sender,
             f"one of {', '.join(WINDOW_SENDERS)}")
-    tick_s = resolve_tick(tick_s, members, links)
+    tick_s = resolve_tick(tick_s, members, links, model)
     cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model,
                         window_sender=window_sender, retx_loss=bool(retx_loss))
     batch = build_links(links, cfg, horizon)
@@ -171,7 +171,7 @@ def run_controller(
     require(window_sender in WINDOW_SENDERS, "window_sender", window_sender,
             f"one of {', '.join(WINDOW_SENDERS)}")
     require(math.isfinite(tick_s) and 1e-6 <= tick_s <= 1.0, "tick_s", tick_s, "from 1e-6 to 1 s")
-    tick_s = resolve_tick(tick_s, [controller], links)
+    tick_s = resolve_tick(tick_s, [controller], links, model)
     cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model,
                         window_sender=window_sender, retx_loss=bool(retx_loss))
     batch = build_links(links, cfg, horizon)

@@ -291,7 +291,8 @@ def evaluate(
                      tick_s=float(tick_s), n_links=B)
     for m in resolved:
         w = np.asarray(m.preference or w_default, np.float64)
-        cfg, batch, cap, timeline = setup(resolve_tick(tick_s, [m.controller], specs))
+        cfg, batch, cap, timeline = setup(resolve_tick(tick_s, [m.controller], specs,
+                                                       model))
         params = _batched_params(m, B, cfg.n_flows, cap, init_rate_frac)
         res = run(cfg, m.controller, batch, params, keys, timeline)
         per = []
@@ -431,7 +432,8 @@ def evaluate_preferences(
     M, N = len(specs), len(W)
     per_pref = bool(isinstance(m.controller, PolicyController) and m.controller.pref_dim)
     cfg, horizon = plan(specs, duration_s, n_flows=n_flows,
-                        tick_s=resolve_tick(tick_s, [m.controller], specs), model=model)
+                        tick_s=resolve_tick(tick_s, [m.controller], specs, model),
+                        model=model)
     timeline = make_timeline(duration_s, duration_s, cfg.tick_s)  # totals only
     link_keys = jax.random.split(jax.random.PRNGKey(int(seed)), M)
     out = PreferenceGrid(method=m.label, kind=m.kind, scenario=label, seed=int(seed),

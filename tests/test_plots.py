@@ -18,7 +18,13 @@ import pytest
 from ccjax.cli import main
 from ccjax.errors import ConfigError
 from ccjax.sweep import load_spec
-from ccjax.sweep.prefeval import COLUMNS, parse_prefeval, preference_set, read_results
+from ccjax.sweep.prefeval import (
+    COLUMNS,
+    FORMAT_VERSION,
+    parse_prefeval,
+    preference_set,
+    read_results,
+)
 
 N_PREFS, N_LINKS = 4, 2
 SPEC = """
@@ -95,6 +101,8 @@ def test_prefeval_files_follow_the_storage_contract(sweep):
         assert np.all(c["utilization"] >= 0) and np.all(c["latency_ratio"] >= 1 - 1e-6)
         assert np.all(c["throughput_mbps"] >= 0) and np.all(c["p95_delay_ms"] > 0)
         assert set(c["method"]) == {f.stem}
+        assert np.all(c["tick_s"] == 1e-3)  # the tick each method ran at (the spec's here)
+    assert spec["version"] == FORMAT_VERSION == 2
     # a classic controller runs once per link and is scored with each preference (MOCC Eq. 2)
     c = _parquet(files[-1])
     for col in ("utilization", "latency_ratio", "loss_rate"):
@@ -147,6 +155,12 @@ def test_prefeval_resumes_and_refuses_other_settings(sweep, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "links=3 is invalid" in err and "links=2" in err
     assert json.loads((pdir / "spec.json").read_text()) == spec_before
+    # results of an older format (whose Copa rows ran at the spec's tick) are refused
+    (pdir / "spec.json").write_text(json.dumps({**spec_before, "version": 1}))
+    assert main(["prefeval", str(sweep), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "version=2 is invalid" in err and "version=1" in err
+    (pdir / "spec.json").write_text(json.dumps(spec_before))
 
 
 def test_prefeval_spec_errors_are_one_line():

@@ -22,15 +22,18 @@ def _link(bw: float, flows: int = 1) -> LinkSpec:
 @pytest.mark.parametrize("bw, tick", [(50.0, 2e-4), (20.0, 5e-4), (12.0, 1e-3), (10.0, 1e-3),
                                       (200.0, 5e-5)])
 def test_copa_gets_the_longest_tick_of_the_series_within_one_packet_time(bw, tick):
-    got = resolve_tick(1e-3, [Copa()], [_link(10.0), _link(bw)])
+    got = resolve_tick(1e-3, [Copa()], [_link(10.0), _link(bw)], "packet")
     assert got == pytest.approx(tick)
     assert got <= 1500 * 8 / (max(bw, 10.0) * 1e6) * (1 + 1e-9)  # at most one packet time
     # a controller without a limit, and a tick already fine enough, are left alone
-    assert resolve_tick(1e-3, [Cubic()], [_link(bw)]) == 1e-3
-    assert resolve_tick(4e-5, [Copa()], [_link(bw)]) == 4e-5
+    assert resolve_tick(1e-3, [Cubic()], [_link(bw)], "packet") == 1e-3
+    assert resolve_tick(4e-5, [Copa()], [_link(bw)], "packet") == 4e-5
+    # the fluid model has no tick groups: its tick is left alone
+    assert resolve_tick(1e-3, [Copa()], [_link(bw)], "fluid") == 1e-3
     # a Mix is as demanding as its most demanding member
     assert packets_per_tick([Mix((Cubic(), Copa()))]) == 1.0
-    assert resolve_tick(1e-3, [Mix((Cubic(), Copa()))], [_link(bw)]) == pytest.approx(tick)
+    mixed = resolve_tick(1e-3, [Mix((Cubic(), Copa()))], [_link(bw)], "packet")
+    assert mixed == pytest.approx(tick)
 
 
 def test_a_trace_link_is_resolved_at_its_mean_rate():
@@ -38,7 +41,7 @@ def test_a_trace_link_is_resolved_at_its_mean_rate():
     stamps = np.repeat(np.arange(1, 1001), 4).astype(float)
     spec = LinkSpec(trace=stamps, rtt_ms=(40.0,))
     assert link_rate_bytes_per_s(spec) == pytest.approx(4 * 1500 * 1000, rel=0.01)
-    assert resolve_tick(1e-3, [Copa()], [spec]) == pytest.approx(2e-4)
+    assert resolve_tick(1e-3, [Copa()], [spec], "packet") == pytest.approx(2e-4)
 
 
 def test_copa_fills_a_50_mbps_link_at_the_resolved_tick_and_the_run_records_it():
@@ -63,5 +66,6 @@ def test_evaluate_runs_copa_at_its_tick_and_each_row_says_which():
 
 def test_copa_cross_traffic_at_a_too_coarse_training_tick_is_refused():
     with pytest.raises(ConfigError, match="cross='copa' is invalid with tick_s=0.001"):
-        make_single_flow(links=[_link(50.0)], cross="copa", n_cross=1, pool=1)
-    make_single_flow(links=[_link(10.0)], cross="copa", n_cross=1, pool=1)  # 1 ms is fine here
+        make_single_flow(links=[_link(50.0)], cross="copa", n_cross=1, pool=1, model="packet")
+    make_single_flow(links=[_link(10.0)], cross="copa", n_cross=1, pool=1, model="packet")
+    make_single_flow(links=[_link(50.0)], cross="copa", n_cross=1, pool=1)  # fluid: no groups

@@ -213,7 +213,8 @@ class Cubic:
         # the window moves at MI ends, so this MI's slow-start growth (``ss_cwnd - cwnd``) is
         # added. With HyStart's one-RTT slow-start MIs it is up to a window (one flow, 20 Mbps,
         # 40 ms, 5-packet buffer: ssthresh 70 packets without it, 91.7 with it; with HyStart
-        # off, whose slow-start MIs are 1/16 RTT, 85.4 without it and 91 with it). ns-3's arithmetic (``ns3_integer``) keeps the window at the MI's start: there
+        # off, whose slow-start MIs are 1/16 RTT, 85.4 without it and 91 with it). ns-3's
+        # arithmetic (``ns3_integer``) keeps the window at the MI's start: there
         # the growth moved ccjax away from ns-3 (docs/validation-history.md).
         owed = jnp.where(ev.loss & in_ss & ~p.ns3_integer, ss_cwnd - cwnd, 0.0)
         w_max_loss = jnp.where(p.fast_convergence & (w + owed / MSS < state.w_max),

@@ -100,7 +100,7 @@ def make_single_flow(
     if controller is not None:
         # The training tick is the policy's clock (MIs, tick budgets): it is not refined for
         # the cross traffic as a run's is (ccjax.sim.resolution), so a too-coarse one is an error.
-        need = resolve_tick(tick_s, [controller], specs)
+        need = resolve_tick(tick_s, [controller], specs, model)
         if need < tick_s:
             raise ConfigError(f"cross={cross!r} is invalid with tick_s={tick_s:g}: {cross} needs "
                               f"a tick of at most {need:g} s at these links' rates "

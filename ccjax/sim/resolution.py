@@ -12,9 +12,14 @@ Such a controller declares ``packets_per_tick`` (the most packets a tick may car
 link's rate), and a run that includes it uses a tick no longer than that many packet times at
 its fastest link: ``tick_s`` given to ``simulate``, ``run_controller`` and ``evaluate`` is the
 longest tick, the run takes the longest tick of the 1-2-5 series (1, 0.5, 0.2, 0.1 ms ...) that
-fits, and its output records the tick it used. A link's rate here is its highest scheduled
-bandwidth, or a trace's mean rate (a trace's instants are bursts of delivery opportunities,
-not rates).
+fits, and its output records the tick it used. Only the packet model needs it: the fluid
+model has no groups, and refining its tick gains nothing (Copa there, one flow, 50 Mbps,
+40 ms, 1 BDP, 10 s: utilization 0.91 at 1 ms ticks, 0.83 at 0.2 ms).
+
+A link's rate here is its highest scheduled bandwidth, or a trace's mean rate: the simulator
+spreads each millisecond's delivery opportunities evenly over it, so a trace's milliseconds
+busier than its mean still carry more than one packet per tick; resolving the busiest
+millisecond instead would multiply the run's cost by the trace's peak-to-mean ratio.
 """
 
 from __future__ import annotations
@@ -61,11 +66,12 @@ def _series_floor(x: float) -> float:
     return 10.0 ** (e - 1) * 5.0
 
 
-def resolve_tick(tick_s: float, controllers: Iterable[Any], specs: Sequence[LinkSpec]) -> float:
-    """``tick_s``, or a finer tick of the 1-2-5 series where a controller of the run needs one
-    (module doc). ``tick_s`` must already be valid."""
+def resolve_tick(tick_s: float, controllers: Iterable[Any], specs: Sequence[LinkSpec],
+                 model: str) -> float:
+    """``tick_s``, or in the packet model a finer tick of the 1-2-5 series where a controller of
+    the run needs one (module doc). ``tick_s`` must already be valid."""
     limit = packets_per_tick(controllers)
-    if limit is None or not specs:
+    if model != "packet" or limit is None or not specs:
         return tick_s
     rate = max(link_rate_bytes_per_s(s) for s in specs)
     longest = limit * PACKET_BYTES / rate

@@ -42,7 +42,10 @@ Storage, under ``SWEEP_DIR/prefeval/``::
 Columns (every file): ``pref`` (int, 0..N-1), ``w_thr``, ``w_lat``, ``w_loss``, ``link`` (int,
 0..M-1), ``reward``, ``utilization``, ``latency_ratio``, ``loss_rate``, ``throughput_mbps``,
 ``p95_delay_ms``, ``mean_rtt_ms``, ``base_rtt_ms``, ``capacity_mbps``, ``link_utilization``,
-``buffer_pkts``, ``random_loss`` (float64) and ``method`` (the trial id or controller name).
+``buffer_pkts``, ``random_loss``, ``tick_s`` (float64; the tick the method ran at, the spec's
+``tick_ms`` or finer for Copa, ``ccjax.sim.resolution``) and ``method`` (the trial id or
+controller name). Results of an older format version are refused (remove them to evaluate
+afresh).
 
 Resume. Each file is written to a temporary name and renamed (``ledger.write_curve``); a killed
 evaluation leaves whole files or none, and the next run skips every trial and controller whose
@@ -66,17 +69,20 @@ import numpy as np
 
 from ccjax.errors import ConfigError
 
-FORMAT_VERSION = 1
+#: 2: every row records the tick its method ran at (``tick_s``; Copa runs finer than the
+#: spec's tick since commit 3130bb6, ``ccjax.sim.resolution``), and results of version 1 are
+#: refused (their Copa rows were made at the spec's tick)
+FORMAT_VERSION = 2
 DIRNAME = "prefeval"
 SPEC_FILE = "spec.json"
 DEFAULT_CLASSIC = ("bbr", "copa", "cubic", "vegas", "vivace")
 #: the columns of every result file, in order
 COLUMNS = ("pref", "w_thr", "w_lat", "w_loss", "link", "reward", "utilization", "latency_ratio",
            "loss_rate", "throughput_mbps", "p95_delay_ms", "mean_rtt_ms", "base_rtt_ms",
-           "capacity_mbps", "link_utilization", "buffer_pkts", "random_loss", "method")
+           "capacity_mbps", "link_utilization", "buffer_pkts", "random_loss", "tick_s", "method")
 #: settings that change the rows: a stored evaluation and a new request must agree on these
 MATCH_KEYS = ("preferences", "scenario", "links", "seed", "duration_s", "model", "tick_ms",
-              "init_rate_frac")
+              "init_rate_frac", "version")
 _ALLOWED = {
     "preferences": "an integer >= 1 (preferences drawn uniformly from the simplex)",
     "scenario": "a scenario preset name or a TOML path",
@@ -256,6 +262,7 @@ def _rows(grid: Any, method: str) -> list[dict[str, Any]]:
     for r in grid.rows:
         row = {c: r.get(c) for c in COLUMNS}
         row["method"] = method
+        row["tick_s"] = grid.tick_s
         for c in ("pref", "link"):
             row[c] = int(row[c])
         for c in COLUMNS[1:]:
