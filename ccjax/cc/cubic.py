@@ -217,8 +217,11 @@ class Cubic:
         # arithmetic (``ns3_integer``) keeps the window at the MI's start: there
         # the growth moved ccjax away from ns-3 (docs/validation-history.md).
         owed = jnp.where(ev.loss & in_ss & ~p.ns3_integer, ss_cwnd - cwnd, 0.0)
-        w_max_loss = jnp.where(p.fast_convergence & (w + owed / MSS < state.w_max),
-                               (w + owed / MSS) * (1.0 + p.beta) / 2.0, w + owed / MSS)
+        # (the window at the loss in packets: a sum, then one division, so that no compiled
+        # form of it differs from another by a fused multiply-add; ``w`` when nothing is owed)
+        w_loss = (cwnd + owed) / MSS
+        w_max_loss = jnp.where(p.fast_convergence & (w_loss < state.w_max),
+                               w_loss * (1.0 + p.beta) / 2.0, w_loss)
         ssthresh_red = jnp.maximum((ev.flight + owed) * p.beta, 2.0 * MSS)
         w_epoch = ssthresh_red / MSS
         w_max = jnp.where(ev.loss, w_max_loss, w_max)
@@ -226,7 +229,7 @@ class Cubic:
         epoch_start = jnp.where(ev.loss, now, epoch_start)
         in_epoch = jnp.where(ev.loss, True, in_epoch)
         w_est = jnp.where(ev.loss, w_epoch, w_est)
-        cwnd_prior = jnp.where(ev.loss | ev.timeout, w + owed / MSS, cwnd_prior)
+        cwnd_prior = jnp.where(ev.loss | ev.timeout, w_loss, cwnd_prior)
         # A reduction never raises the window (after a timeout the flight can exceed it).
         cwnd_new = jnp.where(ev.loss, jnp.minimum(ssthresh_red, cwnd + owed), cwnd_new)
 
