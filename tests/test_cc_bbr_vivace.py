@@ -224,16 +224,29 @@ def _vivace_round(c, p, s, feedback):
     return s, d
 
 
+_FLAT = ((RTT, RTT), 0.0)  # a probing MI's feedback: no RTT trend, no loss
+
+
+def _inflated(kind):
+    """Feedback where the probe at r(1+eps) inflated the RTT by 2 ms."""
+    return ((RTT, RTT + 0.002), 0.0) if kind == K_HIGH else _FLAT
+
+
+def _probing_at(c, p, r0, **extra):
+    """Vivace in online learning at ``r0``, the MI now ending the last one of a round."""
+    s, _ = c.init(p, jnp.full(1, RTT))
+    return s.replace(mode=jnp.full(1, PROBING, jnp.int32), rate=jnp.full(1, r0),
+                     mi_rate=jnp.full(1, r0), mi_kind=jnp.full(1, K_NONE, jnp.int32),
+                     fb_kind=jnp.full(1, K_NONE, jnp.int32), pos=jnp.full(1, 2, jnp.int32),
+                     **extra)
+
+
 def test_vivace_gradient_step_follows_the_utility():
     c = Vivace()
     p = c.default_params(1)
     r0 = mbps_to_bytes_per_s(8.0)
-    s, _ = c.init(p, jnp.full(1, RTT))
-    # Online learning at r0; the MI now ending is the last one of a round.
-    s = s.replace(mode=jnp.full(1, PROBING, jnp.int32), rate=jnp.full(1, r0),
-                  mi_rate=jnp.full(1, r0), mi_kind=jnp.full(1, K_NONE, jnp.int32),
-                  fb_kind=jnp.full(1, K_NONE, jnp.int32), pos=jnp.full(1, 2, jnp.int32))
-    flat = ((RTT, RTT), 0.0)
+    s = _probing_at(c, p, r0)
+    flat = _FLAT
     s, d = _vivace_round(c, p, s, lambda kind: flat)  # no probe scored yet: no step
     s0 = s
     assert val(s.rate) == pytest.approx(r0)
@@ -249,10 +262,7 @@ def test_vivace_gradient_step_follows_the_utility():
 
     # The same round, but r(1+eps) inflated the RTT: lower utility up there, the rate falls
     # by the change boundary (5%).
-    def inflated(kind):
-        return ((RTT, RTT + 0.002), 0.0) if kind == K_HIGH else flat
-
-    s, d = _vivace_round(c, p, s0, inflated)
+    s, d = _vivace_round(c, p, s0, _inflated)
     assert val(s.gradient) < 0
     assert val(s.rate) == pytest.approx(0.95 * r0, rel=1e-4)
 
@@ -265,24 +275,15 @@ def test_vivace_turn_that_hits_the_cap_leaves_the_boundary_at_omega0():
     c = Vivace()
     p = c.default_params(1)
     r0 = mbps_to_bytes_per_s(8.0)
-    s, _ = c.init(p, jnp.full(1, RTT))
-    s = s.replace(mode=jnp.full(1, PROBING, jnp.int32), rate=jnp.full(1, r0),
-                  mi_rate=jnp.full(1, r0), mi_kind=jnp.full(1, K_NONE, jnp.int32),
-                  fb_kind=jnp.full(1, K_NONE, jnp.int32), pos=jnp.full(1, 2, jnp.int32),
-                  direction=jnp.ones(1), k=jnp.full(1, 2.0), tau=jnp.full(1, 2.0))
-    flat = ((RTT, RTT), 0.0)
-
-    def inflated(kind):
-        return ((RTT, RTT + 0.002), 0.0) if kind == K_HIGH else flat
-
-    s, _ = _vivace_round(c, p, s, lambda kind: flat)  # no probe scored yet: no step
+    s = _probing_at(c, p, r0, direction=jnp.ones(1), k=jnp.full(1, 2.0), tau=jnp.full(1, 2.0))
+    s, _ = _vivace_round(c, p, s, lambda kind: _FLAT)  # no probe scored yet: no step
     assert val(s.rate) == pytest.approx(r0) and val(s.k) == 2.0
-    s, _ = _vivace_round(c, p, s, inflated)  # the turn, capped at omega0
+    s, _ = _vivace_round(c, p, s, _inflated)  # the turn, capped at omega0
     assert val(s.direction) == -1.0
     assert val(s.rate) == pytest.approx(0.95 * r0, rel=1e-5)
     assert val(s.k) == 0.0 and val(s.tau) == 0.0
     r1 = val(s.rate)
-    s, _ = _vivace_round(c, p, s, inflated)  # same direction: capped at omega0 again
+    s, _ = _vivace_round(c, p, s, _inflated)  # same direction: capped at omega0 again
     assert val(s.rate) == pytest.approx(0.95 * r1, rel=1e-5)
     assert val(s.k) == 1.0  # this step hit the cap
 
