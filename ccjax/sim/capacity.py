@@ -78,11 +78,14 @@ def inv(s: Schedule, v: jnp.ndarray) -> jnp.ndarray:
     if s.t.shape[-1] == 1:
         return v / jnp.maximum(s.r[..., 0], 1e-30)
     pb = jnp.maximum(s.period_bytes, 1e-30)
-    n = jnp.floor(v / pb)
+    # The earliest time: ``v`` served exactly at the end of a busy segment (or of a period) is
+    # reached there, not after the idle segments that follow (a mahimahi trace's empty
+    # milliseconds), so the period is ``ceil - 1`` and the segment the last with c[i] < w.
+    n = jnp.maximum(jnp.ceil(v / pb) - 1.0, 0.0)
     w = v - n * pb
-    i = jnp.clip(jnp.searchsorted(s.c, w, side="right") - 1, 0, s.c.shape[-1] - 1)
-    # A segment picked here has c[i] <= w < c[i+1], so its rate is positive unless the whole
-    # schedule is zero (rejected at validation); the max() only guards the padded tail.
+    i = jnp.clip(jnp.searchsorted(s.c, w, side="left") - 1, 0, s.c.shape[-1] - 1)
+    # A segment picked here has c[i] < w <= c[i+1], so its rate is positive unless w is 0 or
+    # the whole schedule is zero (rejected at validation); the max() only guards those.
     return n * s.period + s.t[i] + (w - s.c[i]) / jnp.maximum(s.r[i], 1e-30)
 
 

@@ -92,6 +92,10 @@ class SimState(struct.PyTreeNode):
     sent: jnp.ndarray  # (F,) cumulative bytes sent
     acked: jnp.ndarray  # (F,) cumulative bytes acked (known to the sender)
     lost: jnp.ndarray  # (F,) cumulative bytes known lost by the sender
+    # (F,) bytes sent and neither acked nor known lost, kept as its own running sum: the
+    # difference ``sent - acked - lost`` of three float32 totals in the gigabytes rounds off
+    # whole packets (1 Gbps, 30 s: 329 kB of a 4.9 MB flight; 100 Mbps: about 5 packets)
+    flight: jnp.ndarray
     decision: Decision
     cc: Any
     mi: MIAccum
@@ -124,7 +128,7 @@ def init_state(
         aline=jnp.zeros((cfg.ack_horizon, F, _NFIELD), jnp.float32),
         stuck=jnp.zeros((F, 2), jnp.float32), credit=z, gain=jnp.ones(F, jnp.float32),
         # The handshake gives the first RTT sample before data flows (RFC 6298 §2).
-        srtt=rtt, min_rtt=rtt, sent=z, acked=z, lost=z, decision=dec, cc=cc_state,
+        srtt=rtt, min_rtt=rtt, sent=z, acked=z, lost=z, flight=z, decision=dec, cc=cc_state,
         mi=MIAccum.zeros(F, cfg.rtt_bins), mi_len=_mi_ticks(dec.mi_s, cfg),
         mi_count=jnp.zeros(F, jnp.int32), mi_done=jnp.zeros(F, bool),
         last=MIStats.initial(F, cfg.rtt_bins, rtt, cfg.tick_s), tot=Totals.zeros(F, cfg.rtt_bins),
@@ -203,7 +207,8 @@ def _spread_group(cfg: SimConfig, link: LinkParams, t: jnp.ndarray, c0: jnp.ndar
     F = admit.shape[-1]
     total = admit.sum()
     start = c0 + qtot
-    unit = min(float(PKT), 1.0) if cfg.model == "fluid" else float(PKT)
+    # the first byte leaves once a packet (fluid: a byte) of the group is served
+    unit = 1.0 if cfg.model == "fluid" else float(PKT)
     first = capacity.inv(link.sched, start + jnp.minimum(unit, jnp.maximum(total, 1e-30)))
     d0 = jnp.minimum(jnp.maximum(jnp.ceil(first).astype(jnp.int32) - 1, t), dep)
     u = d0 + jnp.arange(K, dtype=jnp.int32)  # the ticks sliced exactly: u[0] .. u[K-2]
@@ -232,10 +237,14 @@ def _spread_group(cfg: SimConfig, link: LinkParams, t: jnp.ndarray, c0: jnp.ndar
     # mean position of the slice's bytes -> time, linear within the tick
     mid = off[None, :] + 0.5 * (prev + done)  # from the group's start
     lo = bounds[:-1, None] - start
-    if mixed is not None:
-        # interleaved, a flow's slice of a tick lies across all that the tick served
-        served = 0.5 * (jnp.clip(lo, 0.0, total) + jnp.clip(rel[:, None], 0.0, total))
-        mid = jnp.where(mixed, jnp.broadcast_to(served, mid.shape), mid)
+    # mixed, a flow's slice of a tick lies across all that the tick served (in the group's
+    # bytes: the flow's own bytes gone, ``done``, would put it too early when flows share it)
+    served = jnp.broadcast_to(
+        0.5 * (jnp.clip(lo, 0.0, total) + jnp.clip(rel[:, None], 0.0, total)), mid.shape)
+    if cfg.model == "fluid":
+        mid = served
+    elif mixed is not None:
+        mid = jnp.where(mixed, served, mid)
     width = jnp.maximum(bounds[1:] - bounds[:-1], 1e-30)[:, None]
     when = u[:, None].astype(jnp.float32) + jnp.clip((mid - lo) / width, 0.0, 1.0)
     tf1 = t.astype(jnp.float32) + 1.0
@@ -300,7 +309,7 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     cwnd = jnp.maximum(dec.cwnd, cfg.min_cwnd)
     pace = jnp.where(dec.rate > 0, dec.rate, cwnd / s.srtt)
     pace = jnp.maximum(pace, cfg.min_rate)
-    inflight = s.sent - s.acked - s.lost
+    inflight = s.flight
     room = jnp.maximum(cwnd - inflight, 0.0)
     if cfg.model == "fluid":
         send = jnp.where(active, jnp.minimum(pace * dt, room), 0.0)
@@ -443,6 +452,7 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     sent = s.sent + send
     acked = s.acked + ack_b
     lost = s.lost + lost_b
+    in_air = s.flight + send - ack_b - lost_b
     if cfg.retx_loss:
         # The sender retransmits each reported loss now; the retransmission meets the link's
         # random loss like any packet (drop-tail is left out: after a reduction the queue has
@@ -483,16 +493,16 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     # A window sender (rate 0: NewReno, CUBIC, Vegas) answers a loss report at once, as a
     # per-ACK TCP answers the third duplicate ACK: its MI ends at the tick that brings one.
     done = (mi.ticks >= s.mi_len.astype(jnp.float32)) | ((dec.rate <= 0) & (lost_b > 0))
-    # Bytes in flight as the sender knows them: a difference of three float32 running sums, so
-    # when everything sent is resolved it can come out a rounding error below zero (seen: -0.004
-    # bytes after 30 ms of a 2 Mbps flow); zero is the exact value then.
-    flight = jnp.maximum(sent - acked - lost, 0.0)
+    # Bytes in flight as the sender knows them. In the fluid model the running sum of fractional
+    # bytes can come out a rounding error below zero when everything sent is resolved; zero is
+    # the exact value then.
+    flight = jnp.maximum(in_air, 0.0)
     stats = finalize(mi, dt, base, srtt, min_rtt, cwnd, flight, sent / PKT)
     new = SimState(
         t=t + 1, key=key, queue=queue, work=work, qline=qline, aline=aline, stuck=stuck,
         credit=credit,
-        srtt=srtt, min_rtt=min_rtt, sent=sent, acked=acked, lost=lost, decision=dec,
-        cc=s.cc, mi=mi, mi_len=s.mi_len, mi_count=s.mi_count + done.astype(jnp.int32),
+        srtt=srtt, min_rtt=min_rtt, sent=sent, acked=acked, lost=lost, flight=in_air,
+        decision=dec, cc=s.cc, mi=mi, mi_len=s.mi_len, mi_count=s.mi_count + done.astype(jnp.int32),
         mi_done=done, last=s.last, tot=tot, gain=s.gain,
     )
     return Pending(state=new, stats=stats, reports=m.acked + m.lost + ack_b + lost_b,
