@@ -22,7 +22,7 @@ from ccjax.errors import ConfigError, require
 from ccjax.sim.link import MODELS, WINDOW_SENDERS, LinkSpec, build_links, plan
 from ccjax.sim.resolution import resolve_tick
 from ccjax.sim.run import RunResult, make_timeline, run
-from ccjax.units import mbps_to_bytes_per_s
+from ccjax.units import MAX_RATE_MBPS, mbps_to_bytes_per_s
 
 
 def _per_flow(values: Sequence[float], n: int, field: str) -> list[float]:
@@ -48,9 +48,8 @@ def _check_flows_start(links: Sequence[LinkSpec], duration_s: float) -> None:
 
 def _pad(values: list, n_real: int, n_flows: int, field: str) -> list:
     """One value, or one per flow of the widest link (``n_real``), extended to the compiled
-    ``n_flows`` slots (the extra slots hold no flow); one per slot is taken as it is."""
-    if len(values) == n_flows:
-        return list(values)
+    ``n_flows`` slots (the extra slots hold no flow). A value for a slot that holds no flow
+    would be lost, so a list as long as the slots but not the flows is refused."""
     v = _per_flow(values, n_real, field)
     return v + [v[-1]] * (n_flows - n_real)
 
@@ -100,9 +99,16 @@ def simulate(
     distinct = sorted(set(names))
     members = [get_controller(n) for n in distinct]
     rates = [rate_mbps] if isinstance(rate_mbps, int | float) else list(rate_mbps)
+    per_flow_rates = len(rates) > 1
     rates = _pad(rates, n_real, n_flows, "rate_mbps")
-    for r in rates:
-        require(math.isfinite(r) and r > 0, "rate_mbps", r, "a rate > 0 Mbps")
+    for f, (r, name) in enumerate(zip(rates, names, strict=True)):
+        if name == "const":
+            require(math.isfinite(r) and 0 < r <= MAX_RATE_MBPS, "rate_mbps", r,
+                    f"a rate > 0 and at most {MAX_RATE_MBPS:g} Mbps")
+        elif per_flow_rates and f < n_real and r != 0:
+            # a per-flow list: the entry of a flow that sets its own rate would be ignored
+            raise ConfigError(f"rate_mbps={r:g} for flow {f} is invalid: that flow runs {name}, "
+                              "which sets its own rate; give 0 there (rates are for const flows)")
 
     require(window_sender in WINDOW_SENDERS, "window_sender", window_sender,
             f"one of {', '.join(WINDOW_SENDERS)}")
@@ -202,7 +208,8 @@ def link_from_flags(
     starts = _per_flow(start_s if start_s is not None else [0.0], flows, "start_s")
     stops = _per_flow(stop_s, flows, "stop_s") if stop_s is not None else None
     if trace is None:
-        require(math.isfinite(bw_mbps) and bw_mbps > 0, "bw_mbps", bw_mbps, "a number > 0 Mbps")
+        require(math.isfinite(bw_mbps) and 0 < bw_mbps <= MAX_RATE_MBPS, "bw_mbps", bw_mbps,
+                f"a number > 0 and at most {MAX_RATE_MBPS:g} Mbps")
     if buffer_pkts is None:
         for r in rtts:
             require(math.isfinite(r) and r > 0, "rtt_ms", r, "a number > 0 ms")

@@ -11,6 +11,9 @@ PACKET_BYTES = 1500
 #: TCP payload per 1500-byte packet (MSS with timestamps), as ns-3 and Linux count it; goodput
 #: is reported in payload bytes.
 PAYLOAD_BYTES = 1448
+#: The highest link or sending rate ccjax takes (1 Tbps): the simulator counts bytes in float32,
+#: and a rate of about 3e33 Mbps overflows it into inf and NaN.
+MAX_RATE_MBPS = 1e6
 
 
 def mbps_to_bytes_per_s(mbps: float) -> float:

@@ -12,18 +12,28 @@ import pytest
 from ccjax.api import link_from_flags, simulate
 from ccjax.cc import registry
 from ccjax.cc.const import FixedWindow
+from ccjax.errors import ConfigError
 
 
 def test_mixed_controllers_share_a_link(monkeypatch):
     monkeypatch.setitem(registry.CONTROLLERS, "fixed-window", FixedWindow())
     spec = link_from_flags(flows=3, bw_mbps=100.0, rtt_ms=(40.0,))
-    s = simulate([spec], cc=["const", "fixed-window", "const"], rate_mbps=[5.0, 1.0, 7.0],
+    s = simulate([spec], cc=["const", "fixed-window", "const"], rate_mbps=[5.0, 0.0, 7.0],
                  duration_s=4.0, model="fluid").summary()
     thr = [f["throughput_mbps"] for f in s["flows"]]
     assert thr[0] == pytest.approx(5.0, rel=1e-3)
     assert thr[2] == pytest.approx(7.0, rel=1e-3)
     # 10 packets per 40 ms RTT = 3 Mbps, less the first RTT's ramp
     assert thr[1] == pytest.approx(3.0 * 3.96 / 4.0, rel=0.02)
+    # a rate for the window flow would be ignored, so it is refused, as is one for an empty slot
+    with pytest.raises(ConfigError, match="flow 1 is invalid: that flow runs fixed-window"):
+        simulate([spec], cc=["const", "fixed-window", "const"], rate_mbps=[5.0, 1.0, 7.0],
+                 duration_s=1.0, model="fluid")
+    with pytest.raises(ConfigError, match=r"one per flow \(3 flows\)"):
+        simulate([spec], cc="const", rate_mbps=[5.0, 1.0, 7.0, 2.0], max_flows=4,
+                 duration_s=1.0, model="fluid")
+    with pytest.raises(ConfigError, match="at most 1e\\+06 Mbps"):
+        simulate([spec], cc="const", rate_mbps=1e40, duration_s=1.0, model="fluid")
 
 
 _SCRIPT = """

@@ -291,7 +291,7 @@ def test_controller_asked_only_where_an_mi_ended_answers_as_the_per_link_select(
             np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-@pytest.mark.parametrize("cc", ["newreno", "vegas", "mix"])
+@pytest.mark.parametrize("cc", ["newreno", "vegas", "mix", "mix-const"])
 def test_runs_asking_only_flows_whose_mi_ended_are_the_runs_asking_every_flow(cc, monkeypatch):
     # The batch driver (``sim.run``) asks a per-flow controller only for the flows whose MI
     # ended (``sim.compact``); ``core.tick`` asks every flow and selects. Same run, bit for bit,
@@ -303,14 +303,17 @@ def test_runs_asking_only_flows_whose_mi_ended_are_the_runs_asking_every_flow(cc
     links = [link_from_flags(flows=2, bw_mbps=10.0, rtt_ms=(20.0, 60.0), buffer_pkts=25,
                              loss=0.01),
              link_from_flags(flows=3, bw_mbps=20.0, rtt_ms=(40.0,), buffer_pkts=40)]
-    names = ["cubic", "newreno", "bbr"] if cc == "mix" else cc
+    # constant-rate cross traffic in a Mix keeps the fast path too
+    names = {"mix": ["cubic", "newreno", "bbr"], "mix-const": ["cubic", "const", "newreno"]}
+    rates = {"rate_mbps": 4.0} if cc == "mix-const" else {}
 
     def go():
-        r = simulate(links, cc=names, duration_s=3.0, model="packet",
-                     window_sender="ack-clocked", retx_loss=True, seed=5)
+        r = simulate(links, cc=names.get(cc, cc), duration_s=3.0, model="packet",
+                     window_sender="ack-clocked", retx_loss=True, seed=5, **rates)
         return [r.summary(i) for i in range(2)], r.state.mi_count
 
-    assert sim_run.pays_off(get_controller(cc if cc != "mix" else "bbr"))  # on the CPU
+    for name in names.get(cc, [cc]):
+        assert sim_run.pays_off(get_controller(name))  # on the CPU
     monkeypatch.setattr(compact, "chunk_size", lambda n: 1)
     a, mi_a = go()
     monkeypatch.setattr(sim_run, "pays_off", lambda c: False)

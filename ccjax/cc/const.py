@@ -8,7 +8,7 @@ UDP-like competing flows).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import jax.numpy as jnp
 from flax import struct
@@ -22,18 +22,21 @@ from ccjax.units import PACKET_BYTES, mbps_to_bytes_per_s
 
 class ConstParams(struct.PyTreeNode):
     rate: jnp.ndarray  # (F,) bytes/s
-    mi_rtts: jnp.ndarray  # MI length in smoothed RTTs
+    mi_rtts: jnp.ndarray  # (F,) MI length in smoothed RTTs
 
 
 @dataclass(frozen=True)
 class Const:
     name: str = "const"
+    #: on_interval is elementwise over flows (``sim.compact``), so a ``Mix`` of it with the
+    #: classic controllers keeps the CPU's fast path
+    per_flow: ClassVar[bool] = True
 
     def default_params(self, n_flows: int, rate_mbps: float = 10.0) -> ConstParams:
         return ConstParams(
             rate=jnp.full(n_flows, mbps_to_bytes_per_s(rate_mbps), jnp.float32),
             # Aurora's monitor interval: half a smoothed RTT (PCC-RL network_sim.py).
-            mi_rtts=jnp.float32(0.5),
+            mi_rtts=jnp.full(n_flows, 0.5, jnp.float32),
         )
 
     def _decide(self, params: ConstParams, srtt: jnp.ndarray) -> Decision:
@@ -49,7 +52,7 @@ class Const:
 
 class WindowParams(struct.PyTreeNode):
     cwnd: jnp.ndarray  # (F,) bytes
-    mi_rtts: jnp.ndarray  # MI length in smoothed RTTs
+    mi_rtts: jnp.ndarray  # (F,) MI length in smoothed RTTs
 
 
 @dataclass(frozen=True)
@@ -57,10 +60,11 @@ class FixedWindow:
     """Window-based sender with a fixed cwnd, paced at cwnd/srtt (a testing and teaching aid)."""
 
     name: str = "fixed-window"
+    per_flow: ClassVar[bool] = True
 
     def default_params(self, n_flows: int, cwnd_pkts: float = 10.0) -> WindowParams:
         return WindowParams(cwnd=jnp.full(n_flows, cwnd_pkts * PACKET_BYTES, jnp.float32),
-                            mi_rtts=jnp.float32(1.0))
+                            mi_rtts=jnp.full(n_flows, 1.0, jnp.float32))
 
     def _decide(self, params: WindowParams, srtt: jnp.ndarray) -> Decision:
         return Decision(rate=jnp.zeros_like(params.cwnd), cwnd=params.cwnd,
