@@ -186,9 +186,19 @@ def test_bench_json(capsys):
     code, out, _ = _run(capsys, "bench", "sim", "--batches", "2", "--models", "packet",
                         "--duration-s", "0.5", "--workloads", "cubic", "--ns3-duration-s", "2",
                         "--json")
-    n = json.loads(out)["ns3"]
-    assert n["ccjax_batch"] == 2
+    d = json.loads(out)
+    n = d["ns3"]
+    # the ratio compares the same sender: ccjax runs ns-3's CUBIC (a row of its own), ns-3
+    # gets the buffer less the packet on the wire (12 Mbps x 40 ms = 40 packets)
+    assert [(r["workload"], r["batch"]) for r in d["results"]] == [("cubic", 2),
+                                                                    ("cubic-ns3", 2)]
+    same = d["results"][1]
+    assert n["ccjax_batch"] == 2 and n["buffer_pkts"] == 39 and "--bufferPkts=39" in n["argv"]
+    assert n["ccjax_flow_seconds_per_s"] == same["flow_seconds_per_s"]
     assert n["ratio"] == pytest.approx(n["ccjax_flow_seconds_per_s"] / n["flow_seconds_per_s"])
+    assert n["default_cubic_ratio"] == pytest.approx(
+        d["results"][0]["flow_seconds_per_s"] / n["flow_seconds_per_s"])
+    assert d["machine"]["processor"] and d["repeats"] == 2
 
 
 def test_bench_invalid(capsys):
