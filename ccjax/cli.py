@@ -11,8 +11,16 @@ import json
 import math
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ccjax.errors import ConfigError
+from ccjax.errors import ConfigError, require
+
+if TYPE_CHECKING:  # the CLI imports JAX only once a command needs it
+    from ccjax.evaluate import EvalResult
+
+#: the most flows one compiled simulator holds (``SimConfig.n_flows``)
+_MAX_FLOWS = 4096
 
 
 def _items(text: str, field: str, what: str) -> list[str]:
@@ -50,6 +58,63 @@ def _ints(field: str):
 
 def _names_of(field: str):
     return lambda text: _items(text, field, "a name or a list of names")
+
+
+def _whole(x: float) -> bool:
+    """``x`` is a whole number up to float rounding (1e-6 relative): 0.3 / 0.1 is 3 ticks."""
+    return math.isfinite(x) and math.isclose(x, round(x), rel_tol=1e-6)
+
+
+def _check_tick_ms(tick_ms: float) -> None:
+    if not (math.isfinite(tick_ms) and 1e-3 <= tick_ms <= 1e3):
+        raise ConfigError(f"tick_ms={tick_ms} is invalid: from 0.001 to 1000 ms")
+
+
+def _check_duration(duration_s: float, tick_ms: float) -> None:
+    """A run lasts whole ticks, and one between them would be rounded up silently. Checked
+    before the API's series-interval check, whose bound is the duration, so that a run shorter
+    than a tick is blamed on the flag that made it so."""
+    require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s,
+            "a finite number > 0 s")
+    ticks = duration_s * 1e3 / tick_ms
+    require(ticks >= 1 or math.isclose(ticks, 1, rel_tol=1e-6), "duration_s", duration_s,
+            f"at least one tick (--tick-ms {tick_ms:g} ms)")
+    require(_whole(ticks), "duration_s", duration_s,
+            f"a whole number of ticks of --tick-ms {tick_ms:g} ms (it is {ticks:.6g})")
+
+
+def _check_rtt(rtt_ms: float, tick_ms: float, default: bool) -> None:
+    """An RTT is a delay line of whole ticks: one between them would be rounded silently."""
+    from ccjax.sim.link import MAX_RTT_MS
+
+    require(math.isfinite(rtt_ms) and 0 < rtt_ms <= MAX_RTT_MS, "rtt_ms", rtt_ms,
+            f"a number > 0 ms and at most {MAX_RTT_MS:g} ms")
+    ticks = rtt_ms / tick_ms
+    given = f"; {rtt_ms:g} ms is the default --rtt-ms" if default else ""
+    require(_whole(ticks), "rtt_ms", rtt_ms, f"a whole number of ticks of --tick-ms "
+            f"{tick_ms:g} ms (it is {ticks:.6g}{given}): the simulator delays by whole ticks")
+
+
+def _check_csv_path(path: str | None) -> None:
+    """Refuse, before a run, a CSV file that could not be written after it (the results would
+    be lost): an empty path, a folder, a missing folder, or a place where no file can be made.
+    Tried, not judged by ``os.access``, which says yes to root even in /sys; a file that was
+    not there is removed again."""
+    if path is None:
+        return
+    p = Path(path)
+    require(path != "", "csv", path, "a file's path (leave --csv out for no file)")
+    require(not p.is_dir(), "csv", path, "it is a folder; name a file in it")
+    require(p.resolve().parent.is_dir(), "csv", path, "its directory does not exist")
+    existed = p.exists()
+    try:
+        with p.open("a"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"csv={path!r} is invalid: it cannot be written there "
+                          f"({e.strerror or e})") from None
+    if not existed:
+        p.unlink()
 
 
 def _add_simulate(sub) -> None:
@@ -111,9 +176,12 @@ def _links_for(args):
     from ccjax.api import link_from_flags
     from ccjax.sim.trace import load_mahimahi
 
-    if args.scenario:
+    if args.scenario is not None:
         from ccjax.sim.scenario import load_scenario
 
+        # an empty name would otherwise fall through to the explicit dumbbell
+        require(args.scenario.strip() != "", "scenario", args.scenario,
+                "a preset name (see `ccjax scenarios`) or a TOML path")
         given = [f"--{f.replace('_', '-')}" for f in _DUMBBELL_FLAGS
                  if getattr(args, f) is not None]
         if given:
@@ -124,26 +192,29 @@ def _links_for(args):
         sc = load_scenario(args.scenario)
         specs = sc.sample(args.seed, args.links)
         duration = args.duration_s if args.duration_s is not None else sc.duration_s
+        _check_duration(duration, args.tick_ms)
         return specs, duration, sc.max_flows, sc.name
     if args.links != 1:
         raise ConfigError("links is only for --scenario; an explicit dumbbell is one link")
     flows = 2 if args.flows is None else args.flows
-    if flows < 1:
-        raise ConfigError(f"flows={flows} is invalid: an integer >= 1")
+    # checked here: the simulator's own check names max_flows, a flag perhaps not given
+    require(1 <= flows <= _MAX_FLOWS, "flows", flows, f"an integer from 1 to {_MAX_FLOWS}")
     if args.trace is not None and args.bw_mbps is not None:
         raise ConfigError("--bw-mbps cannot be combined with --trace: the trace is the "
                           "bottleneck's capacity")
     if args.trace == "":
         raise ConfigError("trace='' is invalid: a mahimahi trace file's path")
     duration = args.duration_s if args.duration_s is not None else 20.0
-    if not (math.isfinite(duration) and duration > 0):
-        raise ConfigError(f"duration_s={duration} is invalid: a finite number > 0 s")
+    _check_duration(duration, args.tick_ms)
+    rtts = [40.0] if args.rtt_ms is None else args.rtt_ms
+    for r in rtts:
+        _check_rtt(r, args.tick_ms, default=args.rtt_ms is None)
     gap = min(5.0, 0.75 * duration / (flows - 1)) if flows > 1 else 0.0
     start = args.start_s if args.start_s is not None else [gap * i for i in range(flows)]
     trace = load_mahimahi(args.trace) if args.trace else None
     spec = link_from_flags(
         flows=flows, bw_mbps=12.0 if args.bw_mbps is None else args.bw_mbps,
-        rtt_ms=[40.0] if args.rtt_ms is None else args.rtt_ms, start_s=start,
+        rtt_ms=rtts, start_s=start,
         stop_s=args.stop_s, buffer_pkts=args.buffer_pkts,
         loss=0.0 if args.loss is None else args.loss, trace=trace,
         trace_name=args.trace or "trace")
@@ -179,8 +250,7 @@ def cmd_simulate(args) -> int:
 
     if args.plot is not None:
         check_plot_path(args.plot)
-    if not (math.isfinite(args.tick_ms) and 1e-3 <= args.tick_ms <= 1e3):
-        raise ConfigError(f"tick_ms={args.tick_ms} is invalid: from 0.001 to 1000 ms")
+    _check_tick_ms(args.tick_ms)
     if args.rate_mbps is not None and "const" not in args.cc:
         raise ConfigError(f"--rate-mbps is only for const flows; --cc {','.join(args.cc)} has "
                           "none")
@@ -435,6 +505,7 @@ def _bench_flags(args) -> None:
 def cmd_bench(args) -> int:
     from ccjax.bench import bench_sim
 
+    ns3_duration_given = args.ns3_duration_s is not None  # before the defaults fill it
     _bench_flags(args)
     if args.what == "train":
         return cmd_bench_train(args)
@@ -450,7 +521,14 @@ def cmd_bench(args) -> int:
     for w in args.workloads:
         if w not in ("const", "cubic"):
             raise ConfigError(f"workloads={args.workloads} is invalid: const and/or cubic")
+    _check_tick_ms(args.tick_ms)
+    _check_duration(args.duration_s, args.tick_ms)
     use_ns3 = "cubic" in args.workloads and not args.no_ns3
+    if ns3_duration_given and not use_ns3:
+        why = ("--no-ns3 skips it" if args.no_ns3 else
+               f"--workloads {','.join(args.workloads)} has no cubic")
+        raise ConfigError(f"--ns3-duration-s is only for the ns-3 run of the cubic workload, and "
+                          f"{why}")
     if use_ns3:
         from ccjax import ns3
 
@@ -627,7 +705,7 @@ def _add_eval(sub) -> None:
     e.add_argument("--tick-ms", type=float, default=1.0,
                    help="simulator tick, the longest (default 1 ms; copa runs at at most one "
                    "packet time at the fastest link, and its row says so)")
-    e.add_argument("--init-rate-frac", type=float, default=0.5,
+    e.add_argument("--init-rate-frac", type=float, default=None,
                    help="a policy's initial rate, fraction of the link capacity (default 0.5)")
     e.add_argument("--json", action="store_true", help="print one JSON object (with per-link "
                    "rows)")
@@ -635,15 +713,27 @@ def _add_eval(sub) -> None:
 
 
 def cmd_eval(args) -> int:
-    from pathlib import Path
-
-    from ccjax.evaluate import COLUMNS, evaluate, resolve_method
+    from ccjax.evaluate import DEFAULT_INIT_RATE_FRAC, evaluate, resolve_method
+    from ccjax.sim.scenario import load_scenario
 
     if not args.model and not args.cc:
         raise ConfigError("--model and --cc are both empty: give policy directories and/or "
                           "controller names")
-    if args.csv and not Path(args.csv).resolve().parent.is_dir():
-        raise ConfigError(f"csv={args.csv!r} is invalid: its directory does not exist")
+    # a method named twice would run once and fill one row
+    seen: set[str] = set()
+    for flag, names in (("model", args.model), ("cc", args.cc)):
+        for n in names:
+            if n in seen:
+                raise ConfigError(f"{flag}={','.join(names)!r} is invalid: {n!r} more than once "
+                                  "among --model and --cc; name each method once")
+            seen.add(n)
+    if args.init_rate_frac is not None and not args.model:
+        raise ConfigError("--init-rate-frac is only for policies (--model): the controllers of "
+                          "--cc start from their own initial windows")
+    _check_tick_ms(args.tick_ms)
+    _check_duration(args.duration_s if args.duration_s is not None
+                    else load_scenario(args.scenario).duration_s, args.tick_ms)
+    _check_csv_path(args.csv)
     pref = args.preference
     if pref is not None:
         from ccjax.envs.build import check_preference
@@ -653,14 +743,30 @@ def cmd_eval(args) -> int:
                + [resolve_method(c, kind="controller") for c in args.cc])
     res = evaluate(methods, args.scenario, args.links, seed=args.seed,
                    duration_s=args.duration_s, preference=pref, model=args.sim_model,
-                   tick_s=args.tick_ms * 1e-3, init_rate_frac=args.init_rate_frac)
-    if args.csv:
-        res.write_csv(args.csv)
+                   tick_s=args.tick_ms * 1e-3,
+                   init_rate_frac=(DEFAULT_INIT_RATE_FRAC if args.init_rate_frac is None
+                                   else args.init_rate_frac))
+    # The results first: a CSV that cannot be written after all loses nothing of the run.
     if args.json:
-        print(json.dumps(res.to_dict()))
-        return 0
+        print(json.dumps(res.to_dict()), flush=True)
+    else:
+        _print_eval_table(res)
+    if args.csv:
+        try:
+            res.write_csv(args.csv)
+        except OSError as e:
+            raise ConfigError(f"csv={args.csv!r} could not be written: "
+                              f"{e.strerror or e}") from None
+        if not args.json:
+            print(f"table written to {args.csv}")
+    return 0
+
+
+def _print_eval_table(res: EvalResult) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from ccjax.evaluate import COLUMNS
 
     t = Table(title=f"{res.scenario}: {res.n_links} links x {res.duration_s:g} s, "
               f"{res.model} model, seed {res.seed}", title_justify="left")
@@ -680,9 +786,6 @@ def cmd_eval(args) -> int:
             c.print(f"{r['method']} ran at {r['tick_s'] * 1e3:g} ms ticks, not "
                     f"{res.tick_s * 1e3:g}: its queue target needs a finer tick at these "
                     "links' rates (ccjax.sim.resolution)")
-    if args.csv:
-        c.print(f"table written to {args.csv}")
-    return 0
 
 
 def _add_sweep(sub) -> None:
@@ -764,13 +867,10 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_results(args) -> int:
-    from pathlib import Path
-
     from ccjax.sweep import results
     from ccjax.sweep.ledger import varying_keys, write_csv
 
-    if args.csv and not Path(args.csv).resolve().parent.is_dir():
-        raise ConfigError(f"csv={args.csv!r} is invalid: its directory does not exist")
+    _check_csv_path(args.csv)
     rows = results(args.sweep_dir, args.filter, args.sort, args.desc, args.limit)
     if args.csv:
         write_csv(args.csv, rows)
@@ -867,11 +967,54 @@ def cmd_scenarios(args) -> int:
     return 0
 
 
+#: actions meant to be given more than once (append and extend: --set, --filter, --trial), and
+#: --help, which exits at once
+_REPEATABLE = (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction,
+               argparse._HelpAction)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with the project's error shape: one line on stderr, exit code 2."""
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"ccjax: error: {message} (see `{self.prog} --help`)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        # every parser, a subcommand's too, checks the words it is given (argparse hands a
+        # subcommand's words to its own parser through this method)
+        self._refuse_repeats(sys.argv[1:] if args is None else list(args))
+        return super().parse_known_args(args, namespace)
+
+    def _refuse_repeats(self, words: list[str]) -> None:
+        """An option given twice would keep its last value silently: refuse it, except the
+        repeatable ones (action="append": --set, --filter, --trial)."""
+        seen: set[argparse.Action] = set()
+        for word in words:
+            if word == "--":  # what follows is positional
+                break
+            action = self._option_for(word)
+            if action is None or isinstance(action, _REPEATABLE):
+                continue
+            if action in seen:
+                self.error(f"argument {'/'.join(action.option_strings)}: given more than once; "
+                           "give it once")
+            seen.add(action)
+
+    def _option_for(self, word: str) -> argparse.Action | None:
+        """This parser's option that ``word`` names as argparse reads it: ``--flag``,
+        ``--flag=value``, a unique abbreviation of a long flag, ``-x`` or ``-xvalue``."""
+        options = self._option_string_actions
+        if word.startswith("--"):
+            name = word.split("=", 1)[0]
+            if name in options:
+                return options[name]
+            if not self.allow_abbrev:
+                return None
+            hits = {a for s, a in options.items() if s.startswith(name)}
+            return hits.pop() if len(hits) == 1 else None  # several: argparse's own error
+        if word.startswith("-") and len(word) > 1:
+            return options.get(word[:2])  # a negative number is no option here
+        return None
 
 
 def build_parser() -> argparse.ArgumentParser:

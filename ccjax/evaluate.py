@@ -159,8 +159,9 @@ def _check(links: int | Sequence[LinkSpec], duration_s: float | None, seed: int,
                 and duration_s > 0, "duration_s", duration_s, "> 0 s")
     require(isinstance(tick_s, int | float) and 1e-6 <= tick_s <= 1.0, "tick_s", tick_s,
             "from 1e-6 to 1 s")
-    require(isinstance(seed, int | np.integer) and not isinstance(seed, bool) and seed >= 0,
-            "seed", seed, "an integer >= 0")
+    # the bound ``ccjax.api.simulate`` sets: a seed that one accepts, the other does too
+    require(isinstance(seed, int | np.integer) and not isinstance(seed, bool)
+            and 0 <= seed < 2**32, "seed", seed, "an integer from 0 to 2**32 - 1")
     require(isinstance(init_rate_frac, int | float) and math.isfinite(init_rate_frac)
             and init_rate_frac > 0, "init_rate_frac", init_rate_frac,
             "> 0 (a fraction of the link's capacity)")

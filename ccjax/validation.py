@@ -28,6 +28,7 @@ within tolerance against them.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 import zlib
 from collections.abc import Iterable, Sequence
@@ -83,6 +84,11 @@ class Scenario:
                 f"{self.buffer_bdp:g}BDP loss{self.loss:g}")
 
 
+def _whole_ms(ms: float) -> bool:
+    """``ms`` is a whole number of milliseconds up to float rounding (1.001 s is 1001 ms)."""
+    return math.isclose(ms, round(ms), rel_tol=1e-9, abs_tol=1e-6)
+
+
 def scenario_from_flags(cc: str, flows: int, bw_mbps: float, rtt_ms: Sequence[float],
                         buffer_bdp: float, loss: float, duration_s: float) -> Scenario:
     """A dumbbell of one's own to compare (``ccjax validate``), every field checked before
@@ -105,12 +111,16 @@ def scenario_from_flags(cc: str, flows: int, bw_mbps: float, rtt_ms: Sequence[fl
     for r in rtts:
         require(bool(np.isfinite(r)) and 1.0 <= r <= 1e5, "rtt_ms", r,
                 "in [1, 1e5] ms (ccjax's tick is 1 ms)")
+        require(_whole_ms(r), "rtt_ms", r, "a whole number of ms: ccjax runs validation at 1 ms "
+                "ticks and would round it, ns-3 would not")
     require(bool(np.isfinite(buffer_bdp)) and buffer_bdp > 0, "buffer_bdp", buffer_bdp,
             "a number > 0 (bandwidth-delay products of the largest RTT)")
     require(bool(np.isfinite(loss)) and 0.0 <= loss < 1.0, "loss", loss,
             "a probability in [0, 1)")
     require(bool(np.isfinite(duration_s)) and duration_s >= 1.0, "duration_s", duration_s,
             "a number >= 1 s")
+    require(_whole_ms(duration_s * 1e3), "duration_s", duration_s, "a whole number of ms: ccjax "
+            "runs validation at 1 ms ticks and would round it up, ns-3 would not")
     rtts = rtts * flows if len(rtts) == 1 else rtts
     sc = Scenario(cc, flows, float(bw_mbps), tuple(rtts), float(buffer_bdp), float(loss),
                   float(duration_s))

@@ -259,6 +259,9 @@ def test_validate_exit_status_and_table_follow_the_verdict(capsys, monkeypatch):
     (["--buffer-bdp", "1e9"], ["buffer_bdp", "1e8"]),
     (["--ns3-seeds", "3000000000"], ["ns3_seeds", "2**31"]),
     (["--workers", "0"], ["workers"]),
+    # ccjax runs validation at 1 ms ticks and would round what ns-3 gets exactly
+    (["--rtt-ms", "40.5"], ["rtt_ms=40.5", "whole number of ms"]),
+    (["--duration-s", "30.0005"], ["duration_s=30.0005", "whole number of ms"]),
 ])
 def test_validate_invalid_input_is_one_line_before_anything_runs(capsys, monkeypatch, argv,
                                                                  words):
@@ -313,3 +316,151 @@ def test_a_prebuilt_ns3_program_that_is_missing_stops_validate_before_it_runs(ca
     code, out, err = _run(capsys, "validate", "--cc", "newreno")
     assert code == 2 and out == ""
     assert err.startswith("ccjax: error: CCJAX_NS3_PROGRAM=") and "not an executable" in err
+
+
+@pytest.fixture
+def no_run(monkeypatch):
+    """Every run replaced by a failure: an input check must answer before anything is planned,
+    traced or compiled, and a missing check fails here at once instead of running."""
+    from ccjax import api, bench, evaluate, ns3
+
+    def ran(*a, **k):
+        raise AssertionError("it ran: the input was not refused first")
+
+    monkeypatch.setattr(api, "simulate", ran)
+    monkeypatch.setattr(evaluate, "plan", ran)
+    monkeypatch.setattr(bench, "bench_sim", ran)
+    monkeypatch.setattr(ns3, "build", ran)
+
+
+@pytest.mark.parametrize("argv,words", [
+    # RTTs and durations are whole ticks, never rounded to them
+    (["--rtt-ms", "40.4"], ["rtt_ms=40.4", "whole number of ticks", "--tick-ms 1 ms"]),
+    (["--tick-ms", "50", "--rtt-ms", "40"], ["rtt_ms=40.0", "--tick-ms 50 ms"]),
+    (["--rtt-ms", "2.5", "--flows", "1"], ["rtt_ms=2.5", "whole number of ticks"]),
+    (["--tick-ms", "3", "--duration-s", "3"], ["rtt_ms=40.0", "the default", "--tick-ms 3 ms"]),
+    (["--duration-s", "0.0025"], ["duration_s=0.0025", "whole number of ticks"]),
+    (["--duration-s", "0.0005"], ["duration_s=0.0005", "at least one tick"]),
+    (["--rtt-ms", "inf"], ["rtt_ms=inf", "at most 100000 ms"]),
+    (["--flows", "5000"], ["error: flows=5000", "4096"]),
+    (["--scenario", ""], ["scenario=''", "preset"]),
+    # an option given twice is refused, not decided by its last value
+    (["--flows", "1", "--flows", "3"], ["--flows", "more than once"]),
+    (["--cc", "cubic", "--cc=bbr"], ["--cc", "more than once"]),
+    (["--flow", "1", "--flows", "3"], ["--flows", "more than once"]),  # an abbreviation
+    (["--json", "--json"], ["--json", "more than once"]),
+    # a plot that cannot be created there fails before the run, even where root may write
+    (["--plot", "/proc/x.png"], ["plot='/proc/x.png' is invalid"]),
+    (["--plot", "/sys/x.png"], ["plot='/sys/x.png' is invalid"]),
+])
+def test_simulate_refuses_before_it_runs(capsys, no_run, argv, words):
+    code, out, err = _run(capsys, "simulate", *argv)
+    _one_line_error(code, err, *words)
+    assert out == ""
+
+
+def test_a_trace_that_is_no_text_a_folder_or_too_long_is_one_line(capsys, no_run, tmp_path):
+    from ccjax.errors import ConfigError
+    from ccjax.sim.trace import validate_stamps
+
+    binary = tmp_path / "binary.trace"
+    binary.write_bytes(b"0\n\xff\xfe1\n")
+    for path, words in ((binary, ["line 2", "not ASCII text"]),
+                        (tmp_path, ["a folder"])):
+        code, _, err = _run(capsys, "simulate", "--flows", "1", "--trace", str(path))
+        _one_line_error(code, err, "trace=", *words)
+    # a period longer than a day is refused (it is held per millisecond), also past int64
+    for stamp in ("99999999999999", "9" * 30):
+        long = tmp_path / "long.trace"
+        long.write_text(f"0\n{stamp}\n")
+        code, _, err = _run(capsys, "simulate", "--flows", "1", "--trace", str(long))
+        _one_line_error(code, err, "line 2", "86400000 ms")
+    with pytest.raises(ConfigError, match="at most 86400000 ms"):
+        validate_stamps(np.asarray([0, 10**14]))
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--cc", "cubic", "--tick-ms", "5000"], ["tick_ms=5000", "from 0.001 to 1000 ms"]),
+    (["--cc", "cubic", "--duration-s", "0.0005"], ["duration_s=0.0005", "at least one tick"]),
+    (["--cc", "cubic", "--duration-s", "1.0005"], ["duration_s=1.0005", "whole number"]),
+    (["--cc", "cubic", "--seed", "1180591620717411303424"],
+     ["seed=1180591620717411303424", "2**32 - 1"]),
+    (["--cc", "cubic", "--init-rate-frac", "7"], ["--init-rate-frac", "--model"]),
+    (["--cc", "cubic,bbr,cubic"], ["cc=", "'cubic' more than once"]),
+    (["--cc", "cubic", "--cc", "bbr"], ["--cc", "more than once"]),
+    (["--cc", "cubic", "--csv", ""], ["csv=''"]),
+    (["--cc", "cubic", "--csv", "/sys/x.csv"], ["csv='/sys/x.csv' is invalid"]),
+    (["--cc", "cubic", "--csv", "{tmp}"], ["csv=", "a folder"]),
+    (["--cc", "cubic", "--csv", "{tmp}/no/t.csv"], ["csv=", "does not exist"]),
+])
+def test_eval_refuses_before_it_runs(capsys, no_run, tmp_path, argv, words):
+    code, out, err = _run(capsys, "eval", *(a.replace("{tmp}", str(tmp_path)) for a in argv))
+    _one_line_error(code, err, *words)
+    assert out == ""
+
+
+def test_eval_prints_its_results_before_a_csv_that_fails_after_all(capsys, monkeypatch,
+                                                                    tmp_path):
+    from ccjax import evaluate as ev
+
+    res = ev.EvalResult(scenario="mocc-test", seed=0, duration_s=1.0, model="packet",
+                        tick_s=1e-3, n_links=1)
+    monkeypatch.setattr(ev, "evaluate", lambda *a, **k: res)
+
+    def fail(self, path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(ev.EvalResult, "write_csv", fail)
+    code, out, err = _run(capsys, "eval", "--cc", "cubic", "--json", "--csv",
+                          str(tmp_path / "t.csv"))
+    assert json.loads(out)["scenario"] == "mocc-test"  # the run is not lost
+    _one_line_error(code, err, "csv=", "Permission denied")
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--duration-s", "0.05", "--duration-s", "0.1"], ["--duration-s", "more than once"]),
+    (["--no-ns3", "--ns3-duration-s", "5"], ["--ns3-duration-s", "--no-ns3"]),
+    (["--workloads", "const", "--ns3-duration-s", "5"], ["--ns3-duration-s", "cubic"]),
+    (["--tick-ms", "5000"], ["tick_ms=5000", "from 0.001 to 1000 ms"]),
+    (["--duration-s", "0.0025"], ["duration_s=0.0025", "whole number of ticks"]),
+    (["--duration-s", "1", "--tick-ms", "0.3"], ["duration_s=1.0", "--tick-ms 0.3 ms"]),
+])
+def test_bench_sim_refuses_before_it_runs(capsys, no_run, argv, words):
+    code, out, err = _run(capsys, "bench", "sim", *argv)
+    _one_line_error(code, err, *words)
+    assert out == ""
+
+
+def test_repeatable_options_stay_repeatable_and_others_are_refused_twice(capsys):
+    from ccjax.cli import build_parser
+
+    ap = build_parser()
+    a = ap.parse_args(["bench", "sweep", "--set", "train.iters=2", "--set=hyper.lr=1e-3"])
+    assert a.set == [("train.iters", 2), ("hyper.lr", 1e-3)]
+    a = ap.parse_args(["results", "d", "--filter", "status=done", "--filter", "reward>0"])
+    assert a.filter == ["status=done", "reward>0"]
+    a = ap.parse_args(["plot", "pareto", "d", "-o", "x.png", "--trial", "a", "--trial", "b"])
+    assert a.trial == ["a", "b"]
+    code, _, err = _run(capsys, "plot", "pareto", "d", "-o", "x.png", "--out=y.png")
+    _one_line_error(code, err, "-o/--out", "more than once")
+
+
+def test_the_plot_path_check_leaves_files_as_they_were(tmp_path):
+    from ccjax.plot import check_plot_path
+
+    new, old = tmp_path / "new.png", tmp_path / "old.png"
+    old.write_bytes(b"keep")
+    for p in (new, old, tmp_path / "a" / "b" / "deep.png"):
+        assert check_plot_path(p) == p
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["old.png"]
+    assert old.read_bytes() == b"keep"
+
+
+def test_an_rtt_below_the_tick_names_the_flag():
+    from ccjax.errors import ConfigError
+    from ccjax.sim.link import LinkSpec, build_links, plan
+
+    specs = [LinkSpec(rtt_ms=(0.4,))]
+    cfg, horizon = plan(specs, 1.0)
+    with pytest.raises(ConfigError, match=r"tick_s \(--tick-ms\)"):
+        build_links(specs, cfg, horizon)

@@ -4,6 +4,7 @@ and saving by the file's suffix."""
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,9 @@ STYLE = {"font.size": 10, "axes.labelsize": 10, "axes.titlesize": 10, "legend.fo
 def check_plot_path(path: str | Path) -> Path:
     """``path`` as a ``Path`` if a plot can be written there, else a one-line ``ConfigError``:
     the suffix must name a format (``FORMATS``), the path must not be a folder, and the nearest
-    folder that exists on the way to it must be a writable folder (``save`` creates the rest).
-    Checked before a run, so a long simulation does not end in a path error."""
+    folder that exists on the way to it must be a writable folder (``save`` creates the rest),
+    and a file must open there for writing (tried, then undone). Checked before a run, so a long
+    simulation does not end in a path error."""
     p = Path(path)
     if str(path) == "" or p.suffix.lower() not in FORMATS:
         raise ConfigError(f"plot={str(path)!r} is invalid: the file must end in "
@@ -36,7 +38,29 @@ def check_plot_path(path: str | Path) -> Path:
         raise ConfigError(f"plot={str(p)!r} is invalid: {up} is a file, not a folder")
     if not writable:
         raise ConfigError(f"plot={str(p)!r} is invalid: the folder {up} is not writable")
+    try:
+        _try_create(p, up)
+    except OSError as e:
+        raise ConfigError(f"plot={str(p)!r} is invalid: it cannot be written there "
+                          f"({e.strerror or e})") from None
     return p
+
+
+def _try_create(p: Path, up: Path) -> None:
+    """Open ``p`` for writing as ``save`` will, leaving the file system as it was: root passes
+    every ``os.access`` check, yet cannot create a file in /proc or /sys, and only trying tells.
+    An existing file is opened to append nothing; a new one is removed again; where ``p``'s
+    folder is still to be made, a file is tried in ``up``, the nearest folder that exists."""
+    if p.exists():
+        with p.open("ab"):
+            pass
+    elif p.parent.is_dir():
+        with p.open("xb"):
+            pass
+        p.unlink()
+    else:
+        with tempfile.TemporaryFile(dir=up):
+            pass
 
 
 def pyplot() -> Any:

@@ -218,7 +218,7 @@ def build_links(
         rtt_ticks = [int(round(x * 1e-3 / config.tick_s)) for x in spec.rtt_ms]
         for x, rt in zip(spec.rtt_ms, rtt_ticks, strict=True):
             require(rt >= 1, "rtt_ms", x, f">= one tick ({config.tick_s * 1e3:g} ms); "
-                    "use a smaller tick_s")
+                    "use a smaller tick_s (--tick-ms)")
             require(rt < config.ack_horizon, "rtt_ms", x,
                     f"< ack_horizon x tick ({config.ack_horizon * config.tick_s * 1e3:g} ms)")
         pad = F - spec.n_flows
