@@ -48,8 +48,11 @@ def _check_flows_start(links: Sequence[LinkSpec], duration_s: float) -> None:
 
 def _pad(values: list, n_real: int, n_flows: int, field: str) -> list:
     """One value, or one per flow of the widest link (``n_real``), extended to the compiled
-    ``n_flows`` slots (the extra slots hold no flow). A value for a slot that holds no flow
-    would be lost, so a list as long as the slots but not the flows is refused."""
+    ``n_flows`` slots (the extra slots hold no flow); one per slot is taken as it is (a
+    scenario's links sample their flow counts, so a list for every seed is one per slot, up to
+    its ``max_flows``; the CLI refuses such a list for its one explicit dumbbell)."""
+    if len(values) == n_flows:
+        return list(values)
     v = _per_flow(values, n_real, field)
     return v + [v[-1]] * (n_flows - n_real)
 

@@ -83,38 +83,44 @@ def _check_duration(duration_s: float, tick_ms: float) -> None:
             f"a whole number of ticks of --tick-ms {tick_ms:g} ms (it is {ticks:.6g})")
 
 
-def _check_rtt(rtt_ms: float, tick_ms: float, default: bool) -> None:
-    """An RTT is a delay line of whole ticks: one between them would be rounded silently."""
+def _check_rtt_range(rtt_ms: float) -> None:
     from ccjax.sim.link import MAX_RTT_MS
 
     require(math.isfinite(rtt_ms) and 0 < rtt_ms <= MAX_RTT_MS, "rtt_ms", rtt_ms,
             f"a number > 0 ms and at most {MAX_RTT_MS:g} ms")
+
+
+def _check_rtt(rtt_ms: float, tick_ms: float, given_ms: float, default: bool) -> None:
+    """An RTT is a delay line of whole ticks: one between them would be rounded silently.
+    ``tick_ms`` is the tick the run will use (``given_ms``, or finer where a controller needs
+    it, ``sim.resolution``)."""
     ticks = rtt_ms / tick_ms
-    given = f"; {rtt_ms:g} ms is the default --rtt-ms" if default else ""
-    require(_whole(ticks), "rtt_ms", rtt_ms, f"a whole number of ticks of --tick-ms "
-            f"{tick_ms:g} ms (it is {ticks:.6g}{given}): the simulator delays by whole ticks")
+    of = (f"--tick-ms {given_ms:g} ms" if tick_ms == given_ms else
+          f"the run's {tick_ms:g} ms tick (--tick-ms {given_ms:g} ms, refined for its "
+          "controllers)")
+    dflt = f"; {rtt_ms:g} ms is the default --rtt-ms" if default else ""
+    require(_whole(ticks), "rtt_ms", rtt_ms, f"a whole number of ticks of {of} (it is "
+            f"{ticks:.6g}{dflt}): the simulator delays by whole ticks")
 
 
 def _check_csv_path(path: str | None) -> None:
     """Refuse, before a run, a CSV file that could not be written after it (the results would
     be lost): an empty path, a folder, a missing folder, or a place where no file can be made.
-    Tried, not judged by ``os.access``, which says yes to root even in /sys; a file that was
-    not there is removed again."""
+    Tried, not judged by ``os.access``, which says yes to root even in /sys, without creating
+    or removing the file itself (``plot.common.try_writable``)."""
     if path is None:
         return
+    from ccjax.plot.common import try_writable
+
     p = Path(path)
     require(path != "", "csv", path, "a file's path (leave --csv out for no file)")
     require(not p.is_dir(), "csv", path, "it is a folder; name a file in it")
     require(p.resolve().parent.is_dir(), "csv", path, "its directory does not exist")
-    existed = p.exists()
     try:
-        with p.open("a"):
-            pass
+        try_writable(p)
     except OSError as e:
         raise ConfigError(f"csv={path!r} is invalid: it cannot be written there "
                           f"({e.strerror or e})") from None
-    if not existed:
-        p.unlink()
 
 
 def _add_simulate(sub) -> None:
@@ -204,11 +210,15 @@ def _links_for(args):
                           "bottleneck's capacity")
     if args.trace == "":
         raise ConfigError("trace='' is invalid: a mahimahi trace file's path")
+    # one explicit dumbbell: a list longer than its flows would fill empty slots (lost)
+    for field, values in (("cc", args.cc), ("rate_mbps", args.rate_mbps)):
+        require(values is None or len(values) in (1, flows), field, values,
+                f"one value or one per flow ({flows} flows)")
     duration = args.duration_s if args.duration_s is not None else 20.0
     _check_duration(duration, args.tick_ms)
     rtts = [40.0] if args.rtt_ms is None else args.rtt_ms
     for r in rtts:
-        _check_rtt(r, args.tick_ms, default=args.rtt_ms is None)
+        _check_rtt_range(r)
     gap = min(5.0, 0.75 * duration / (flows - 1)) if flows > 1 else 0.0
     start = args.start_s if args.start_s is not None else [gap * i for i in range(flows)]
     trace = load_mahimahi(args.trace) if args.trace else None
@@ -218,6 +228,15 @@ def _links_for(args):
         stop_s=args.stop_s, buffer_pkts=args.buffer_pkts,
         loss=0.0 if args.loss is None else args.loss, trace=trace,
         trace_name=args.trace or "trace")
+    from ccjax.cc.registry import get_controller
+    from ccjax.sim.resolution import resolve_tick
+
+    # the tick the run will use: Copa refines --tick-ms in the packet model (sim.resolution)
+    tick_ms = 1e3 * resolve_tick(args.tick_ms * 1e-3, [get_controller(n) for n in set(args.cc)],
+                                 [spec], args.model)
+    _check_duration(duration, tick_ms)
+    for r in rtts:
+        _check_rtt(r, tick_ms, args.tick_ms, default=args.rtt_ms is None)
     return [spec], duration, None, "dumbbell"
 
 

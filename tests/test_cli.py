@@ -352,6 +352,12 @@ def no_run(monkeypatch):
     # a plot that cannot be created there fails before the run, even where root may write
     (["--plot", "/proc/x.png"], ["plot='/proc/x.png' is invalid"]),
     (["--plot", "/sys/x.png"], ["plot='/sys/x.png' is invalid"]),
+    # the tick a Copa run refines to is the one RTTs must fill (50 Mbps: 0.2 ms ticks)
+    (["--cc", "copa", "--flows", "1", "--bw-mbps", "50", "--tick-ms", "0.3", "--rtt-ms", "30.3",
+      "--duration-s", "0.9"], ["rtt_ms=30.3", "the run's 0.2 ms tick", "--tick-ms 0.3 ms"]),
+    # one explicit dumbbell: a list for more flows than it has would go to empty slots
+    (["--flows", "2", "--max-flows", "3", "--cc", "const,const,cubic"], ["cc=", "2 flows"]),
+    (["--flows", "2", "--max-flows", "3", "--rate-mbps", "1,2,3"], ["rate_mbps=", "2 flows"]),
 ])
 def test_simulate_refuses_before_it_runs(capsys, no_run, argv, words):
     code, out, err = _run(capsys, "simulate", *argv)
@@ -446,14 +452,27 @@ def test_repeatable_options_stay_repeatable_and_others_are_refused_twice(capsys)
 
 
 def test_the_plot_path_check_leaves_files_as_they_were(tmp_path):
+    from ccjax.cli import _check_csv_path
     from ccjax.plot import check_plot_path
 
     new, old = tmp_path / "new.png", tmp_path / "old.png"
     old.write_bytes(b"keep")
-    for p in (new, old, tmp_path / "a" / "b" / "deep.png"):
+    # a dangling link is where the file will go (its target); it is neither removed nor refused
+    (tmp_path / "link.png").symlink_to("target.png")
+    (tmp_path / "link.csv").symlink_to("target.csv")
+    for p in (new, old, tmp_path / "a" / "b" / "deep.png", tmp_path / "link.png"):
         assert check_plot_path(p) == p
-    assert sorted(x.name for x in tmp_path.iterdir()) == ["old.png"]
+    for p in (tmp_path / "new.csv", tmp_path / "link.csv"):
+        _check_csv_path(str(p))
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["link.csv", "link.png", "old.png"]
     assert old.read_bytes() == b"keep"
+
+
+def test_an_rtt_the_refined_tick_fills_is_taken(capsys, no_run):
+    # Copa at 100 Mbps runs 0.1 ms ticks, so 40.5 ms is whole ticks there (not of --tick-ms)
+    with pytest.raises(AssertionError, match="it ran"):
+        _run(capsys, "simulate", "--cc", "copa", "--flows", "1", "--bw-mbps", "100",
+             "--rtt-ms", "40.5", "--duration-s", "1")
 
 
 def test_an_rtt_below_the_tick_names_the_flag():

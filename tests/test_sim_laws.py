@@ -343,6 +343,18 @@ def test_capacity_inv_is_the_earliest_time_across_idle_segments():
     np.testing.assert_allclose(np.asarray(capacity.cum(s, x)), np.asarray(v), rtol=1e-5)
     # the earliest: a moment before, less was served
     assert np.all(np.asarray(capacity.cum(s, x - 1e-2)) < np.asarray(v))
+    # whole periods far into a run, where float32 rounds ``v - n * period_bytes`` past the
+    # period's bytes (it once landed in the idle tail: a time of 1e30 ticks); also padded
+    k = np.arange(1, 20001, 7, dtype=np.float32)
+    for sched in (s, capacity.build_schedule(*trace_segments(np.r_[np.arange(10), 50], 1e-3),
+                                             k=9)):
+        period = float(sched.period)
+        got = np.asarray(capacity.inv(sched, capacity.cum(sched, jnp.asarray(k * period))))
+        # the busy part's end, or (where float32 puts v a rounding step past k periods' bytes)
+        # the next period's start: the same bytes served, never a time past it
+        end = (k - 1) * period + 10.0
+        assert np.all((np.abs(got - end) <= 1e-5 * end) | (np.abs(got - k * period) <= 1e-5 * end))
+        assert np.mean(np.abs(got - end) <= 1e-5 * end) > 0.99
 
 
 @pytest.mark.parametrize("window_sender", ["paced", "ack-clocked"])

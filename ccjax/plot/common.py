@@ -49,18 +49,25 @@ def check_plot_path(path: str | Path) -> Path:
 def _try_create(p: Path, up: Path) -> None:
     """Open ``p`` for writing as ``save`` will, leaving the file system as it was: root passes
     every ``os.access`` check, yet cannot create a file in /proc or /sys, and only trying tells.
-    An existing file is opened to append nothing; a new one is removed again; where ``p``'s
-    folder is still to be made, a file is tried in ``up``, the nearest folder that exists."""
-    if p.exists():
-        with p.open("ab"):
+    An existing file is opened to append nothing; otherwise a temporary file is tried in the
+    folder the file will be in (a symbolic link followed, so a dangling link's target folder),
+    or, where that folder is still to be made, in ``up``, the nearest folder that exists. The
+    name ``p`` itself is never created or removed."""
+    try_writable(p, up)
+
+
+def try_writable(p: Path, up: Path | None = None) -> None:
+    """Raise ``OSError`` unless a file can be written at ``p`` (see ``_try_create``)."""
+    target = p.resolve()
+    if target.exists():
+        with target.open("ab"):
             pass
-    elif p.parent.is_dir():
-        with p.open("xb"):
-            pass
-        p.unlink()
-    else:
-        with tempfile.TemporaryFile(dir=up):
-            pass
+        return
+    folder = target.parent if target.parent.is_dir() else up
+    if folder is None:
+        raise FileNotFoundError(f"no folder {target.parent}")
+    with tempfile.TemporaryFile(dir=folder):
+        pass
 
 
 def pyplot() -> Any:

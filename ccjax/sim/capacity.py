@@ -82,7 +82,9 @@ def inv(s: Schedule, v: jnp.ndarray) -> jnp.ndarray:
     # reached there, not after the idle segments that follow (a mahimahi trace's empty
     # milliseconds), so the period is ``ceil - 1`` and the segment the last with c[i] < w.
     n = jnp.maximum(jnp.ceil(v / pb) - 1.0, 0.0)
-    w = v - n * pb
+    # float32 rounding can put w a little past either end of (0, pb]; past pb the search would
+    # land in the idle tail or the padding and divide by a zero rate (a time of 1e30 ticks)
+    w = jnp.clip(v - n * pb, 0.0, pb)
     i = jnp.clip(jnp.searchsorted(s.c, w, side="left") - 1, 0, s.c.shape[-1] - 1)
     # A segment picked here has c[i] < w <= c[i+1], so its rate is positive unless w is 0 or
     # the whole schedule is zero (rejected at validation); the max() only guards those.
