@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
 class Decision(NamedTuple):
     rate: jnp.ndarray  # (F,) pacing rate in bytes/s; 0 means pace at cwnd/srtt
-    cwnd: jnp.ndarray  # (F,) cap on bytes in flight; inf for none
+    # (F,) cap on bytes in flight; inf for none, which needs a rate > 0: with both unbounded a
+    # flow would send without limit (the simulator's sums turn to inf and NaN)
+    cwnd: jnp.ndarray
     mi_s: jnp.ndarray  # (F,) length of the next MI in seconds
 
 
