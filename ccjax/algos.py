@@ -39,6 +39,14 @@ else:  # pragma: no cover - Python 3.10 only
 _NUM = (int, float)
 _SCHEDULES = ("two-phase", "all-at-once", "fixed")
 
+
+def _finite_pair(v: list[Any]) -> bool:
+    """Two finite numbers: an infinite rate or rate bound would pass ``0 < low <= high`` and
+    reach the simulator as a rate it cannot send at."""
+    return len(v) == 2 and all(isinstance(x, _NUM) and not isinstance(x, bool)
+                               and math.isfinite(x) for x in v)
+
+
 #: every key a table may hold, with its type and a check (None: any value of the type)
 SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
     "agent": {
@@ -75,8 +83,8 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
         "episode_len": (int, lambda v: v >= 1),
         "alpha": (_NUM, lambda v: v > 0),
         "mi_rtts": (_NUM, lambda v: v > 0),
-        "init_rate": (list, lambda v: len(v) == 2 and 0 < v[0] <= v[1]),
-        "rate_bounds_pkts": (list, lambda v: len(v) == 2 and 0 < v[0] < v[1]),
+        "init_rate": (list, lambda v: _finite_pair(v) and 0 < v[0] <= v[1]),
+        "rate_bounds_pkts": (list, lambda v: _finite_pair(v) and 0 < v[0] < v[1]),
         "reward": (str, None),
         "preference": (list, lambda v: len(v) == 3),
         "log_ratios": (bool, None),
@@ -105,20 +113,64 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
     },
 }
 
+#: what each key allows, as its error states it (every key of ``SCHEMA``: a test checks that none
+#: is missing, so no error says only "in the allowed range")
 _ALLOWED = {
-    "pref_dim": "0 or 3",
-    "model": "fluid or packet",
-    "schedule": ", ".join(_SCHEDULES),
-    "init_rate": "[low, high] with 0 < low <= high",
-    "rate_bounds_pkts": "[min, max] with 0 < min < max",
-    "landmarks_step": "a grid step in (0, 1/3]",
-    "clip": "in (0, 1)",
-    "gamma": "in (0, 1]",
-    "lam": "in [0, 1]",
+    # agent
     "hidden": "a list of positive integers",
+    "pn_width": "an integer > 0",
+    "pref_dim": "0 or 3",
+    "n_epochs": "an integer >= 1",
+    "n_minibatches": "an integer >= 1",
+    "max_grad_norm": "a finite number > 0",
+    "adam_eps": "a finite number > 0",
     "log_std_bounds": "[low, high] with low < high (natural log of the std)",
     "adv_norm": ", ".join(ADV_NORMS),
+    "critic_features": "true or false",
+    # hyper
+    "lr": "a finite number > 0",
+    "clip": "a number in (0, 1)",
+    "gamma": "a number in (0, 1]",
+    "lam": "a number in [0, 1]",
+    "ent_start": "a finite number >= 0",
+    "ent_end": "a finite number >= 0",
+    "ent_iters": "a finite number >= 1",
+    "vf_coef": "a finite number >= 0",
+    "reward_scale": "a finite number > 0",
+    # env
+    "scenario": "a scenario preset name or a TOML path",
+    "pool": "an integer >= 1",
+    "model": "fluid or packet",
+    "tick_ms": "a number in (0, 100] ms",
+    "history": "an integer >= 1",
+    "episode_len": "an integer >= 1",
+    "alpha": "a finite number > 0",
+    "mi_rtts": "a finite number > 0",
+    "init_rate": "[low, high] of finite numbers with 0 < low <= high",
+    "rate_bounds_pkts": "[min, max] of finite numbers with 0 < min < max",
+    "reward": "a reward's name (a string: mocc or aurora)",
     "preference": "three weights",
+    "log_ratios": "true or false",
+    # train
+    "n_envs": "an integer >= 2",
+    "n_steps": "an integer >= 1",
+    "tick_budget": "an integer >= 0",
+    "chunk": "an integer >= 1",
+    "schedule": ", ".join(_SCHEDULES),
+    "landmarks_step": "a grid step in (0, 1/3]",
+    "bootstrap_iters": "an integer >= 0",
+    "visit_iters": "an integer >= 1",
+    "max_cycles": "an integer >= 1",
+    "min_cycles": "an integer >= 1",
+    "converge_tol": "a finite number >= 0",
+    "patience": "an integer >= 1",
+    "iters": "an integer >= 1",
+    "adapt_iters": "an integer >= 1",
+    "eval_every": "an integer >= 1",
+    "eval_links": "an integer >= 1",
+    "eval_steps": "an integer >= 1",
+    "checkpoint_every": "an integer >= 1",
+    "shard": "true or false",
     "anneal": ", ".join(ANNEAL_MODES),
 }
 
@@ -186,10 +238,24 @@ def check_value(table: str, key: str, value: Any, where: str) -> Any:
         except TypeError:
             ok = False
     if not ok:
-        allowed = _ALLOWED.get(key, f"a {typ.__name__ if isinstance(typ, type) else 'number'}"
-                                    " in the allowed range")
+        allowed = _ALLOWED[key]
         raise ConfigError(f"{table}.{key}={value!r} is invalid in {where}: {allowed}")
     return value
+
+
+def check_minibatches(agent: dict[str, Any], train: dict[str, Any]) -> None:
+    """Every minibatch holds at least one sample. An update splits the iteration's
+    n_envs x n_steps samples, shuffled each epoch, into n_minibatches minibatches of
+    (n_envs x n_steps) // n_minibatches samples (``ccjax.agents.ppo.PPO.update``): more
+    minibatches than samples would make them empty, and the run would "finish" without a
+    single update."""
+    m = agent.get("n_minibatches", 8)
+    n, steps = train.get("n_envs", 1024), train.get("n_steps", 32)
+    if m > n * steps:
+        raise ConfigError(f"agent.n_minibatches={m} is invalid with train.n_envs={n} x "
+                          f"train.n_steps={steps} = {n * steps} samples per iteration: at most "
+                          f"{n * steps} (an update splits the samples into n_minibatches "
+                          "minibatches of n_envs x n_steps // n_minibatches samples each)")
 
 
 def _check_table(table: str, kv: dict[str, Any], where: str) -> None:
@@ -233,6 +299,7 @@ def load_algo(name_or_path: str | os.PathLike[str],
             raise ConfigError(f"override {dotted!r} is invalid: use table.key with table one of "
                               f"{', '.join(SCHEMA)}")
         tables[t][k] = check_value(t, k, v, "overrides")
+    check_minibatches(tables["agent"], tables["train"])
     return AlgoConfig(name=str(data.get("name", path.stem)), agent=tables["agent"],
                       hyper=tables["hyper"], env=tables["env"], train=tables["train"],
                       description=str(data.get("description", "")),

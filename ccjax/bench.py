@@ -246,12 +246,18 @@ def bench_sweep(spec: str = "ppo-mocc-hparams", trials: int = 64, iters: int = 1
     from ccjax.sweep.batch import Group
     from ccjax.sweep.record import record
     from ccjax.sweep.runner import begin_batch, cut_batches, run_batch
-    from ccjax.train.store import write_json
+    from ccjax.train.store import check_out_dir, write_json
 
     for name, v, lo in (("trials", trials, 1), ("iters", iters, 1), ("batch", batch, 1),
                         ("envs", envs, 2)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < lo):
             raise ConfigError(f"{name}={v!r} is invalid: an integer >= {lo}")
+    if keep is not None:
+        # a file, an empty path or a file on the way would fail after the warm-up compiled
+        check_out_dir(keep, "keep")
+        if Path(keep).is_dir() and any(Path(keep).iterdir()):
+            raise ConfigError(f"keep={keep!r} is invalid: not empty; name a new or empty "
+                              "folder")
     for key, flag in (("train.iters", "iters"), ("train.n_envs", "envs")):
         if key in (overrides or {}) and (key == "train.iters" or envs is not None):
             raise ConfigError(f"set {key} is invalid for bench sweep: give it as {flag}")
@@ -268,8 +274,6 @@ def bench_sweep(spec: str = "ppo-mocc-hparams", trials: int = 64, iters: int = 1
         raise ConfigError(f"spec={spec!r} is invalid for bench sweep: its first {trials} "
                           f"trials form {len(groups)} static groups; the bench compares "
                           "the batches of one group")
-    if keep is not None and Path(keep).exists() and any(Path(keep).iterdir()):
-        raise ConfigError(f"keep={keep!r} is invalid: not empty")
     (gid, todo), = groups.items()
     cfg = todo[0].cfg
     n_envs, n_steps = cfg.train["n_envs"], cfg.train.get("n_steps", 32)

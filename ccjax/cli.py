@@ -856,10 +856,15 @@ def cmd_sweep(args) -> int:
     if args.batch is not None and args.batch < 1:
         raise ConfigError(f"batch={args.batch} is invalid: an integer >= 1 (omit it for the "
                           "automatic size)")
+    if args.out is not None:  # an empty path or a file: refused before the sweep is announced
+        from ccjax.train.store import check_out_dir
+
+        check_out_dir(args.out)
     # every trial and the backend's options validated here, before anything is traced
     spec = load_spec(args.spec, dict(args.set or []))
     check_backend(args.backend, args.ray_address, args.ray_workers, args.ray_cpus)
-    out = args.out or str(default_out(spec))
+    # an empty --out is refused (run_sweep), not replaced by the default
+    out = args.out if args.out is not None else str(default_out(spec))
     log = _log(args)
     if log:
         log(f"sweep {spec.name}: {len(spec.trials)} trial(s) in {len(spec.groups())} static "
@@ -958,17 +963,24 @@ def _add_prefeval(sub) -> None:
     p.add_argument("--quiet", action="store_true")
 
 
+#: ``ccjax prefeval``'s settings: the [prefeval] key, its argument and its flag
+_PREFEVAL_FLAGS = {
+    "preferences": ("preferences", "--preferences"), "links": ("links", "--links"),
+    "scenario": ("scenario", "--scenario"), "seed": ("seed", "--seed"),
+    "duration_s": ("duration_s", "--duration-s"), "model": ("sim_model", "--sim-model"),
+    "classic": ("classic", "--classic"), "max_links": ("max_links", "--max-links"),
+}
+
+
 def cmd_prefeval(args) -> int:
     from ccjax.sweep.ledger import Ledger
     from ccjax.sweep.prefeval import run_prefeval, spec_for
 
     Ledger.existing(args.sweep_dir).close()  # a clear error for a directory that is no sweep
-    ov = {k: v for k, v in (("preferences", args.preferences), ("links", args.links),
-                            ("scenario", args.scenario), ("seed", args.seed),
-                            ("duration_s", args.duration_s), ("model", args.sim_model),
-                            ("classic", args.classic), ("max_links", args.max_links))
-          if v is not None}
-    spec = spec_for(args.sweep_dir, ov)
+    ov = {k: getattr(args, a) for k, (a, _) in _PREFEVAL_FLAGS.items()
+          if getattr(args, a) is not None}
+    # an error names the flag that gave the value
+    spec = spec_for(args.sweep_dir, ov, {k: f for k, (_, f) in _PREFEVAL_FLAGS.items()})
     s = run_prefeval(args.sweep_dir, spec, trials=args.trial, log=_log(args),
                      progress=not args.quiet and sys.stderr.isatty())
     print(f"prefeval: {len(s['trials_evaluated'])} trial(s) and {len(s['classic_evaluated'])} "

@@ -483,3 +483,124 @@ def test_an_rtt_below_the_tick_names_the_flag():
     cfg, horizon = plan(specs, 1.0)
     with pytest.raises(ConfigError, match=r"tick_s \(--tick-ms\)"):
         build_links(specs, cfg, horizon)
+
+
+# -- training, sweeps and their results: refused before anything is built -----------------------
+@pytest.fixture
+def no_build(monkeypatch):
+    """Every build, run and directory lock of training and sweeps replaced by a failure: an
+    input check must answer before an environment is built or a program compiled (and before a
+    run's folder is made)."""
+    from ccjax import dirlock, train
+    from ccjax.sweep import batch, runner
+    from ccjax.train import setup, trainer
+
+    def ran(*a, **k):
+        raise AssertionError("it ran: the input was not refused first")
+
+    for mod, name in ((train, "build"), (setup, "build"), (trainer.Trainer, "run"),
+                      (runner, "_run_local"), (runner, "run_batch"), (batch, "Group"),
+                      (dirlock.DirLock, "acquire")):
+        monkeypatch.setattr(mod, name, ran)
+
+
+@pytest.fixture
+def runs(tmp_path):
+    """tmp_path with FILE (a file), RUN (a two-phase run's config.json, 4 environments), BAD (a
+    config.json cut short) and SW (a sweep of two pending trials)."""
+    from ccjax.algos import load_algo
+    from ccjax.sweep.runner import _open
+    from ccjax.sweep.spec import spec_from_dict
+
+    (tmp_path / "FILE").write_text("x")
+    cfg = load_algo("ppo-mocc", {"train.n_envs": 4})
+    (tmp_path / "RUN").mkdir()
+    (tmp_path / "RUN" / "config.json").write_text(json.dumps(
+        {"algo": cfg.to_dict(), "seed": 0, "schedule": "TwoPhase", "meta": {}}))
+    (tmp_path / "BAD").mkdir()
+    (tmp_path / "BAD" / "config.json").write_text('{"algo": {')
+    spec = spec_from_dict({"name": "t", "algo": "ppo-mocc", "axes": {"seed": [0, 1]},
+                           "set": {"train": {"schedule": "fixed", "iters": 2, "n_envs": 8,
+                                             "n_steps": 4},
+                                   "env": {"preference": [0.45, 0.35, 0.2]}}}, "t.toml")
+    _open(spec, tmp_path / "SW", resume=False).close()
+    return tmp_path
+
+
+_ADAPT = ["adapt", "--from", "{tmp}/RUN", "--preference", "0.5,0.3,0.2"]
+
+
+@pytest.mark.parametrize("argv,words", [
+    # a run's, a sweep's or a benchmark's folder that is a file, under a file, or empty
+    (["train", "--out", "{tmp}/FILE", "--max-iters", "1"], ["out=", "FILE", "a file, not a "
+                                                             "folder"]),
+    (["train", "--out", "{tmp}/FILE/run"], ["out=", "FILE' on the way to it is a file"]),
+    (["train", "--out", ""], ["out=''", "a folder's path"]),
+    ([*_ADAPT, "--out", "{tmp}/FILE"], ["out=", "a file, not a folder"]),
+    ([*_ADAPT, "--out", ""], ["out=''", "a folder's path"]),
+    (["sweep", "ppo-mocc-hparams", "--out", "{tmp}/FILE"], ["out=", "a file, not a folder"]),
+    (["sweep", "ppo-mocc-hparams", "--out", ""], ["out=''", "a folder's path"]),
+    (["bench", "sweep", "--keep", "{tmp}/FILE"], ["keep=", "a file, not a folder"]),
+    (["bench", "sweep", "--keep", ""], ["keep=''", "a folder's path"]),
+    # a run's config.json that is not JSON, to resume or to adapt from
+    (["train", "--resume", "--out", "{tmp}/BAD"], ["BAD/config.json", "not a readable run "
+                                                   "config"]),
+    ([*_ADAPT[:2], "{tmp}/BAD", *_ADAPT[3:], "--out", "{tmp}/new"], ["BAD/config.json"]),
+    # a resumed run with other settings: every key that differs named, before building
+    (["train", "--n-envs", "8", "--resume", "--out", "{tmp}/RUN"],
+     ["train.n_envs differs (4 there, 8 now)", "RUN"]),
+    (["train", "--n-envs", "4", "--seed", "2", "--set", "hyper.lr=0.1", "--resume", "--out",
+      "{tmp}/RUN"], ["hyper.lr differs (0.001 there, 0.1 now)", "seed differs (0 there, 2 now)"]),
+    # options the schedule or the learner never reads
+    (["train", "--out", "{tmp}/x", "--preference", "0.5,0.3,0.2"],
+     ["env.preference=", "train.schedule='two-phase'", "only the fixed schedule"]),
+    (["train", "--out", "{tmp}/x", "--schedule", "all-at-once", "--iters", "5"],
+     ["train.iters=5", "train.schedule='all-at-once'", "only the fixed schedule"]),
+    (["train", "--out", "{tmp}/x", "--schedule", "fixed", "--iters", "5", "--landmarks-step",
+      "0.2"], ["train.landmarks_step=0.2", "'fixed'", "landmark schedules"]),
+    (["train", "--out", "{tmp}/x", "--algo", "aurora", "--landmarks-step", "0.2"],
+     ["train.landmarks_step=0.2", "'fixed'", "landmark schedules"]),
+    (["train", "--out", "{tmp}/x", "--algo", "aurora", "--set", "train.max_cycles=2"],
+     ["train.max_cycles=2", "landmark schedules"]),
+    (["train", "--out", "{tmp}/x", "--algo", "aurora", "--preference", "0.5,0.3,0.2"],
+     ["env.preference=", "agent.pref_dim=0", "env.reward='aurora'", "--reward mocc"]),
+    (["train", "--out", "{tmp}/x", "--schedule", "all-at-once", "--n-envs", "4"],
+     ["train.n_envs=4", "landmark i mod 36", "at least 36 environments"]),
+    # a minibatch of no sample, an infinite rate, a range error that says the range
+    (["train", "--out", "{tmp}/x", "--n-envs", "10", "--set", "train.n_steps=8", "--set",
+      "agent.n_minibatches=100"], ["agent.n_minibatches=100", "= 80 samples", "at most 80"]),
+    (["train", "--out", "{tmp}/x", "--set", "env.init_rate=[0.3,inf]"],
+     ["env.init_rate=[0.3, inf]", "finite"]),
+    (["train", "--out", "{tmp}/x", "--set", "env.rate_bounds_pkts=[10.0,inf]"],
+     ["env.rate_bounds_pkts=[10.0, inf]", "finite"]),
+    (["train", "--out", "{tmp}/x", "--set", "agent.pn_width=0"], ["pn_width=0", "an integer > 0"]),
+    # a key a sweep never reads
+    (["sweep", "ppo-mocc-hparams", "--set", "train.max_cycles=1"],
+     ["train.max_cycles=1 is invalid in --set", "no convergence stop"]),
+    (["sweep", "ppo-mocc-hparams", "--set", "train.eval_every=4"],
+     ["train.eval_every=4", "sweep.eval_every"]),
+    # results: a numeric column compared with text or NaN, --desc without --sort
+    (["results", "{tmp}/SW", "--filter", "reward<abc"], ["filter='reward<abc'", "a number"]),
+    (["results", "{tmp}/SW", "--filter", "hyper.lr<nan"], ["filter='hyper.lr<nan'", "a number"]),
+    (["results", "{tmp}/SW", "--desc"], ["--desc", "without --sort"]),
+    # prefeval: whole ticks of the tick it runs at, and the flag that gave a value
+    (["prefeval", "{tmp}/SW", "--duration-s", "0.0005"],
+     ["--duration-s=0.0005", "at least one tick", "prefeval.tick_ms = 1 ms"]),
+    (["prefeval", "{tmp}/SW", "--duration-s", "1.0005"],
+     ["--duration-s=1.0005", "a whole number of ticks"]),
+    (["prefeval", "{tmp}/SW", "--links", "0"], ["--links=0 is invalid: an integer >= 1"]),
+    (["prefeval", "{tmp}/SW", "--classic", "cubic,nope"], ["--classic=", "'nope'"]),
+])
+def test_training_and_sweeps_refuse_before_building(capsys, no_build, runs, argv, words):
+    code, out, err = _run(capsys, *(a.replace("{tmp}", str(runs)) for a in argv))
+    _one_line_error(code, err, *words)
+    assert "--options" not in err
+    assert not (runs / "x").exists() and not (runs / "new").exists()
+
+
+def test_results_filter_compares_numbers_as_numbers(capsys, runs):
+    code, out, _ = _run(capsys, "results", str(runs / "SW"), "--filter", "seed<1", "--json")
+    assert code == 0 and [r["seed"] for r in json.loads(out)] == [0]
+    code, out, _ = _run(capsys, "results", str(runs / "SW"), "--sort", "seed", "--desc",
+                        "--json")
+    assert code == 0 and [r["seed"] for r in json.loads(out)] == [1, 0]

@@ -170,7 +170,12 @@ def test_prefeval_spec_errors_are_one_line():
                        ({"classic": ["cubic", "reno2"]}, "'reno2' is not a controller"),
                        ({"prefs": 3}, "prefeval.prefs is invalid"),
                        ({"scenario": "nowhere"}, "nowhere"),
-                       ({"duration_s": -1}, "prefeval.duration_s=-1 is invalid")]:
+                       ({"duration_s": -1}, "prefeval.duration_s=-1 is invalid"),
+                       # whole ticks of the tick it runs at, the scenario's duration too
+                       ({"duration_s": 1.0005}, "prefeval.duration_s=1.0005 is invalid in t.toml"
+                        " [prefeval]: a whole number of ticks of prefeval.tick_ms = 1 ms"),
+                       ({"duration_s": 0.0005}, "at least one tick"),
+                       ({"tick_ms": 0.7}, "prefeval.duration_s=30.0 (scenario 'mocc-test'")]:
         with pytest.raises(ConfigError) as e:
             parse_prefeval(table, "t.toml [prefeval]")
         assert msg in str(e.value) and "\n" not in str(e.value)

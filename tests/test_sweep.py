@@ -127,6 +127,12 @@ def test_random_expansion_is_seeded_and_crossed_with_the_grid():
     ({"random": {"n": 0, "hyper": {"lr": {"choice": [1e-3]}}}}, "random.n=0 is invalid"),
     ({"axes": {"hyper": {"lr": [1e-3]}}, "random": {"n": 1, "hyper": {"lr": {"choice": [1]}}}},
      "hyper.lr is invalid in t.toml: both"),
+    # keys a sweep never reads: no convergence stop, its own evaluation period
+    ({"set_extra": {"train.patience": 3}},
+     "train.patience=3 is invalid in t.toml [set]: a sweep trains every trial for train.iters"),
+    ({"axes": {"train": {"converge_tol": [0.1, 0.2]}}},
+     "train.converge_tol=0.1 is invalid in t.toml [axes]: a sweep trains"),
+    ({"set_extra": {"train.eval_every": 2}}, "evaluates every sweep.eval_every iterations"),
     ({"sweep": {"batch": -1}}, "sweep.batch=-1 is invalid"),
     ({"sweep": {"batches": 2}}, "sweep.batches is invalid"),
     ({"algo": "ppo-nope"}, "algo='ppo-nope' is invalid"),
@@ -412,6 +418,29 @@ def test_sweep_cli_errors_are_one_line(tmp_path, capsys):
     assert "train.iters=0 is invalid in --set" in capsys.readouterr().err
     s = load_spec("ppo-mocc-hparams", {"train.iters": 2, "train.n_envs": 8})
     assert {t.cfg.train["iters"] for t in s.trials} == {2} and len(s.trials) >= 64
+
+
+def test_a_sweep_folder_that_is_a_file_or_empty_is_refused_before_the_lock(tmp_path):
+    (tmp_path / "FILE").write_text("x")
+    for out, msg in ((tmp_path / "FILE", "a file, not a folder"),
+                     (tmp_path / "FILE" / "s", "on the way to it is a file"),
+                     ("", "out='' is invalid: a folder's path")):
+        with pytest.raises(ConfigError, match=msg):
+            run_sweep(_spec(axes={"seed": [0, 1]}), out, progress=False)
+    assert [p.name for p in tmp_path.iterdir()] == ["FILE"]
+
+
+def test_results_refuse_a_filter_no_number_passes(tmp_path):
+    from ccjax.sweep.ledger import select
+
+    rows = [{"reward": 0.5, "status": "done"}, {"reward": None, "status": "pending"}]
+    for f in ("reward<abc", "reward<nan", "reward=true"):
+        with pytest.raises(ConfigError, match=f"filter='{f}' is invalid: reward holds numbers"):
+            select(rows, [f])
+    assert select(rows, ["reward<0.75"]) == rows[:1]
+    assert select(rows, ["reward>=inf"]) == []
+    with pytest.raises(ConfigError, match="--desc is invalid without --sort"):
+        select(rows, descending=True)
 
 
 def test_one_process_per_sweep_directory_and_broken_ledgers(tmp_path, capsys):

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 
 import numpy as np
 import pytest
 
 from ccjax.agents.landmarks import BOOTSTRAP, simplex_grid, traversal_order
-from ccjax.algos import list_algos, load_algo
+from ccjax.algos import _ALLOWED, SCHEMA, list_algos, load_algo
 from ccjax.errors import ConfigError
 from ccjax.train import adapt, make_schedule, train
 from ccjax.train.schedules import AllAtOnce, Fixed, TwoPhase, converged, spread
@@ -50,6 +51,34 @@ def test_bad_overrides_are_one_line_errors(ov, msg):
     with pytest.raises(ConfigError, match=msg) as e:
         load_algo("ppo-mocc", ov)
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("key", [f"{t}.{k}" for t, keys in SCHEMA.items() for k in keys])
+def test_every_key_states_what_it_allows(key):
+    # a value of no key's type: every error says what is allowed, never "the allowed range"
+    with pytest.raises(ConfigError) as e:
+        load_algo("ppo-mocc", {key: {}})
+    assert str(e.value).endswith(f": {_ALLOWED[key.partition('.')[2]]}")
+    assert "allowed range" not in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("ov, msg", [
+    ({"agent.pn_width": 0}, "agent.pn_width=0 is invalid in overrides: an integer > 0"),
+    ({"hyper.lr": 0}, "hyper.lr=0 is invalid in overrides: a finite number > 0"),
+    ({"hyper.gamma": 2.0}, "a number in (0, 1]"),
+    ({"train.n_envs": 1}, "train.n_envs=1 is invalid in overrides: an integer >= 2"),
+    ({"env.tick_ms": 200}, "a number in (0, 100] ms"),
+    ({"env.init_rate": [0.3, math.inf]}, "[low, high] of finite numbers"),
+    ({"env.rate_bounds_pkts": [10.0, math.inf]}, "[min, max] of finite numbers"),
+    ({"agent.n_minibatches": 33, "train.n_envs": 4, "train.n_steps": 8},
+     "agent.n_minibatches=33 is invalid with train.n_envs=4 x train.n_steps=8 = 32 samples"),
+])
+def test_range_errors_state_the_range(ov, msg):
+    with pytest.raises(ConfigError) as e:
+        load_algo("ppo-mocc", ov)
+    assert msg in str(e.value)
+    # as many minibatches as samples is the most an update can split them into
+    load_algo("ppo-mocc", {"agent.n_minibatches": 32, "train.n_envs": 4, "train.n_steps": 8})
 
 
 def test_unknown_preset_and_bad_file(tmp_path):

@@ -83,6 +83,11 @@ CREATE TABLE IF NOT EXISTS trials (
 );
 """
 
+#: the ledger's columns of numbers (INTEGER and REAL): numeric even where every row holds NULL
+NUMERIC_COLUMNS = ("idx", "attempts", "batch_size", "iterations", "reward", "utilization",
+                   "latency_ratio", "loss_rate", "train_reward", "best_reward", "best_iteration",
+                   "iter_99", "train_99_s", "compile_s", "train_s", "eval_s", "started", "ended")
+
 #: columns added after the first release of the schema (``Ledger`` adds them to older ledgers)
 _ADDED_COLUMNS = (("iter_99", "INTEGER"), ("train_99_s", "REAL"))
 
@@ -283,6 +288,31 @@ def parse_filter(expr: str) -> tuple[str, str, Any]:
     return key, "=" if op == "==" else op, _coerce(val)
 
 
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _numeric(rows: list[dict[str, Any]], key: str) -> bool:
+    """``key`` holds numbers (a ledger column of numbers, or a config key whose every value
+    is one): a filter compares it as a number."""
+    vals = [r.get(key) for r in rows if r.get(key) is not None]
+    return key in NUMERIC_COLUMNS or (bool(vals) and all(_is_number(v) for v in vals))
+
+
+def _number(expr: str, key: str, val: Any) -> float:
+    """A numeric column's filter value as a number: text would be compared as text (every
+    number against 'abc') and NaN compares false with everything, so either would show rows
+    as if they passed a test they were never put to."""
+    try:
+        x = float(val) if not isinstance(val, bool) else math.nan
+    except (TypeError, ValueError):
+        x = None
+    if x is None or math.isnan(x):
+        raise ConfigError(f"filter={expr!r} is invalid: {key} holds numbers, so VALUE must be a "
+                          f"number (not {val!r})")
+    return x
+
+
 def _cmp(a: Any, op: str, b: Any) -> bool:
     if a is None:
         return op == "!=" and b is not None
@@ -301,12 +331,17 @@ def select(rows: list[dict[str, Any]], filters: list[str] | None = None,
            sort: str | None = None, descending: bool = False,
            limit: int | None = None) -> list[dict[str, Any]]:
     """Rows of ``flat_rows`` that pass every filter, sorted (missing values last), limited."""
+    if descending and not sort:
+        raise ConfigError("--desc is invalid without --sort: it reverses the order of the "
+                          "column --sort names (e.g. --sort reward --desc)")
     known = set().union(*(r.keys() for r in rows)) if rows else set()
     for f in filters or []:
         key, op, val = parse_filter(f)
         if rows and key not in known:
             raise ConfigError(f"filter={f!r} is invalid: no column {key!r}; columns include "
                               f"{', '.join(sorted(k for k in known if k != 'point'))}")
+        if _numeric(rows, key):
+            val = _number(f, key, val)
         rows = [r for r in rows if _cmp(r.get(key), op, val)]
     if sort:
         if rows and sort not in known:

@@ -127,13 +127,25 @@ def _is_num(v: Any) -> bool:
 
 
 def parse_prefeval(table: Any, where: str = "[prefeval]",
-                   base: PrefevalSpec | None = None) -> PrefevalSpec:
+                   base: PrefevalSpec | None = None,
+                   flags: dict[str, str] | None = None) -> PrefevalSpec:
     """Validate a ``[prefeval]`` table (or CLI overrides) on top of ``base`` (default: the
     defaults); every bad value is a one-line ``ConfigError`` naming the key and what is allowed.
-    The scenario and controller names are resolved here, before anything is traced."""
+    ``flags`` maps a key to the command-line flag that gave it (``ccjax prefeval``'s), which
+    its error then names instead of ``prefeval.KEY in WHERE``. The scenario and controller
+    names are resolved here, before anything is traced."""
     if not isinstance(table, dict):
         raise ConfigError(f"{where} is invalid: a table of key = value "
                           f"({', '.join(_ALLOWED)})")
+
+    def invalid(k: str, v: Any, allowed: str) -> ConfigError:
+        """The error for key ``k`` holding ``v``: named by the flag that gave it, else by the
+        key and the place that gave it (a value from ``base`` was given elsewhere)."""
+        if flags and k in flags and k in table:
+            return ConfigError(f"{flags[k]}={v!r} is invalid: {allowed}")
+        return ConfigError(f"prefeval.{k}={v!r} is invalid"
+                           + (f" in {where}" if k in table else "") + f": {allowed}")
+
     known = {f.name for f in fields(PrefevalSpec)}
     vals: dict[str, Any] = {}
     for k, v in table.items():
@@ -153,23 +165,36 @@ def parse_prefeval(table: Any, where: str = "[prefeval]",
             "max_links": _is_int(v) and v >= 0,
         }[k]
         if not ok:
-            raise ConfigError(f"prefeval.{k}={v!r} is invalid in {where}: {_ALLOWED[k]}")
+            raise invalid(k, v, _ALLOWED[k])
         vals[k] = tuple(v) if k == "classic" else (float(v) if k in (
             "duration_s", "tick_ms", "init_rate_frac") and v is not None else v)
     spec = replace(base or PrefevalSpec(), **vals)
     from ccjax.cc.registry import CONTROLLERS
 
-    for name in spec.classic:
-        if name not in CONTROLLERS:
-            raise ConfigError(f"prefeval.classic={list(spec.classic)!r} is invalid in {where}: "
-                              f"{name!r} is not a controller; known: "
-                              f"{', '.join(sorted(CONTROLLERS))}")
+    for c in spec.classic:
+        if c not in CONTROLLERS:
+            raise invalid("classic", list(spec.classic), f"{c!r} is not a controller; known: "
+                          f"{', '.join(sorted(CONTROLLERS))}")
     if len(set(spec.classic)) != len(spec.classic):
-        raise ConfigError(f"prefeval.classic={list(spec.classic)!r} is invalid in {where}: a "
-                          "controller is named twice")
+        raise invalid("classic", list(spec.classic), "a controller is named twice")
     from ccjax.sim.scenario import load_scenario
 
-    load_scenario(spec.scenario)  # an unknown scenario: its own one-line ConfigError
+    sc = load_scenario(spec.scenario)  # an unknown scenario: its own one-line ConfigError
+    # a run lasts whole ticks of tick_ms, the tick every method runs at (or finer, for Copa:
+    # ccjax.sim.resolution); a duration between them would be rounded silently
+    dur = spec.duration_s if spec.duration_s is not None else sc.duration_s
+    tick = f"prefeval.tick_ms = {spec.tick_ms:g} ms"
+    ticks = dur * 1e3 / spec.tick_ms
+    why = None
+    if not (ticks >= 1 or math.isclose(ticks, 1, rel_tol=1e-6)):
+        why = f"at least one tick ({tick})"
+    elif not math.isclose(ticks, round(ticks), rel_tol=1e-6):
+        why = f"a whole number of ticks of {tick} (it is {ticks:.6g})"
+    if why is not None and spec.duration_s is None:
+        raise ConfigError(f"prefeval.duration_s={dur!r} (scenario {spec.scenario!r}'s, none "
+                          f"given) is invalid: {why}; give a duration_s that is")
+    if why is not None:
+        raise invalid("duration_s", dur, why)
     return spec
 
 
@@ -232,10 +257,12 @@ def check_prefeval(sweep_dir: str | os.PathLike[str], spec: PrefevalSpec) -> Non
 
 
 def spec_for(sweep_dir: str | os.PathLike[str],
-             overrides: dict[str, Any] | None = None) -> PrefevalSpec:
+             overrides: dict[str, Any] | None = None,
+             flags: dict[str, str] | None = None) -> PrefevalSpec:
     """The evaluation a sweep directory asks for: its stored ``prefeval/spec.json`` if any,
     else the ``[prefeval]`` table of its spec (``sweep.json``), else the defaults (MOCC Fig. 6:
-    100 preferences x 10 mocc-test links, packet model); ``overrides`` (CLI flags) on top."""
+    100 preferences x 10 mocc-test links, packet model); ``overrides`` (CLI flags) on top,
+    ``flags`` naming the flag of each (``parse_prefeval``)."""
     d = Path(sweep_dir)
     stored = read_spec(d)
     if stored is not None:
@@ -247,7 +274,8 @@ def spec_for(sweep_dir: str | os.PathLike[str],
         if sj.is_file():
             table = json.loads(sj.read_text()).get("prefeval")
         base = parse_prefeval(table, f"{sj}") if table else PrefevalSpec()
-    return parse_prefeval(overrides or {}, "--options", base) if overrides else base
+    # an override's error names its flag (``flags``, the CLI's) or says it is an override
+    return (parse_prefeval(overrides, "overrides", base, flags) if overrides else base)
 
 
 def _write_json(path: Path, obj: Any) -> None:

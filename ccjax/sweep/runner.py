@@ -58,7 +58,7 @@ from ccjax.sweep.record import (
     record,
 )
 from ccjax.sweep.spec import SweepSpec, Trial, load_spec
-from ccjax.train.store import Checkpoints, write_json
+from ccjax.train.store import Checkpoints, check_out_dir, write_json
 
 #: the training metrics checked for divergence, in the order a reason names them
 _LOSSES = ("policy_loss", "value_loss", "entropy", "approx_kl")
@@ -98,7 +98,8 @@ def run_sweep(spec: SweepSpec | str | os.PathLike[str], out: str | os.PathLike[s
     check_backend(backend, ray_address, ray_workers, ray_cpus)
     if backend == "ray":
         from ccjax.sweep import ray_backend
-    out = Path(out) if out is not None else default_out(spec)
+    # an empty path, a file or a file on the way: refused now, not by the lock after compiling
+    out = check_out_dir(out) if out is not None else default_out(spec)
     say = log or (lambda s: None)
     if resume and not (out / "ledger.sqlite").is_file():  # before the lock makes the folder
         raise ConfigError(f"out={str(out)!r} is invalid for --resume: no ledger.sqlite there")

@@ -48,8 +48,10 @@ Schedules (``ccjax.sweep.schedule``): ``train.schedule`` may be ``fixed`` (every
 then an error, the landmarks being the training preferences). Every trial trains
 ``train.iters`` iterations: a batch's trials share one program, so there is no convergence
 stop, and ``ccjax train``'s stopping keys (``max_cycles``, ``min_cycles``, ``converge_tol``,
-``patience``) are not used. ``train.landmarks_step`` is static (it fixes ω, the number of
-evaluation preferences), so a landmark-step axis makes one group per step.
+``patience``) are not used; neither are ``train.eval_every`` (``sweep.eval_every`` is the
+period), ``train.checkpoint_every`` and ``train.adapt_iters``. Setting any of them in a spec or
+by ``--set`` is an error (``IGNORED_KEYS``). ``train.landmarks_step`` is static (it fixes ω, the
+number of evaluation preferences), so a landmark-step axis makes one group per step.
 
 Trial ids are the first 12 hex digits of the SHA-256 of the trial's resolved configuration
 (preset tables, seed, pool seed, evaluation period): deterministic, so a resumed sweep finds
@@ -80,6 +82,16 @@ DISTRIBUTIONS = ("uniform", "log_uniform", "choice")
 SWEEP_KEYS = {"pool_seed": "an integer >= 0", "batch": "an integer >= 0 (0: automatic)",
               "eval_every": "an integer >= 0 (0: evaluate only at the end)"}
 TOP_KEYS = ("name", "description", "algo", "set", "axes", "random", "sweep", "prefeval")
+#: preset keys a sweep never reads, and why: set in a spec or by --set they would be recorded
+#: (in the trial's config and id) as if they shaped the trial
+IGNORED_KEYS = dict.fromkeys(
+    ("train.max_cycles", "train.min_cycles", "train.converge_tol", "train.patience"),
+    "a sweep trains every trial for train.iters iterations with no convergence stop; "
+    "`ccjax train`'s stopping keys (max_cycles, min_cycles, converge_tol, patience) are not "
+    "used") | {
+    "train.eval_every": "a sweep evaluates every sweep.eval_every iterations ([sweep] table)",
+    "train.checkpoint_every": "a sweep checkpoints a batch as its trials end",
+    "train.adapt_iters": "only `ccjax adapt` reads it, from a `ccjax train` run"}
 
 
 @dataclass(frozen=True)
@@ -177,6 +189,8 @@ def _flatten(table: Any, where: str, leaf_dicts: bool = False) -> dict[str, Any]
 
 def _check(key: str, value: Any, where: str) -> Any:
     """One value through the preset schema (the same checks ``load_algo`` applies)."""
+    if key in IGNORED_KEYS:
+        raise ConfigError(f"{key}={value!r} is invalid in {where}: {IGNORED_KEYS[key]}")
     if key == "seed":
         if not (_is_int(value) and value >= 0):
             raise ConfigError(f"seed={value!r} is invalid in {where}: an integer >= 0")

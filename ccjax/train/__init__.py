@@ -3,7 +3,6 @@ directory (``store``), and the two entry points the CLI calls: ``train`` and ``a
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,16 @@ from ccjax.errors import ConfigError
 from ccjax.train.schedules import AllAtOnce, Fixed, TwoPhase, fmt
 from ccjax.train.setup import build
 from ccjax.train.store import Checkpoints
-from ccjax.train.trainer import Trainer, check_max_iters, check_out
+from ccjax.train.trainer import Trainer, check_max_iters, check_out, check_resume, read_config
 
-__all__ = ["adapt", "make_schedule", "train", "load_run"]
+__all__ = ["adapt", "check_options", "make_schedule", "train", "load_run"]
+
+#: the keys only the landmark schedules read (``TwoPhase``, ``AllAtOnce``)
+LANDMARK_KEYS = ("train.landmarks_step", "train.bootstrap_iters", "train.visit_iters",
+                 "train.max_cycles", "train.min_cycles", "train.converge_tol", "train.patience")
+#: the keys only the fixed schedule reads (a landmark schedule trains on its landmarks until
+#: it converges or ends its cycles)
+FIXED_KEYS = ("train.iters", "env.preference")
 
 
 def make_schedule(cfg: AlgoConfig, seed: int = 0) -> Any:
@@ -44,13 +50,46 @@ def make_schedule(cfg: AlgoConfig, seed: int = 0) -> Any:
     return Fixed(n, tuple(float(x) for x in w), t["iters"], t.get("eval_every", 8), seed=seed)
 
 
+def check_options(cfg: AlgoConfig) -> None:
+    """Refuse a value given on top of the preset (a flag or ``--set``: ``cfg.overrides``) that
+    the run's schedule or learner never reads, since config.json would record it as if it had
+    shaped the run; and a landmark schedule whose landmarks would not all be trained
+    (``sweep.spec._check_landmarks``, the rule sweeps apply). The preset's own values are not
+    judged: a preset serves several schedules."""
+    from ccjax.sweep.spec import _check_landmarks
+
+    kind = cfg.train.get("schedule", "two-phase")
+    given = cfg.overrides
+    for key, value in given.items():
+        if kind == "fixed" and key in LANDMARK_KEYS:
+            raise ConfigError(f"{key}={value!r} is invalid with train.schedule='fixed': only "
+                              "the landmark schedules (two-phase, all-at-once) use it")
+        if kind != "fixed" and key in FIXED_KEYS:
+            why = ("the landmarks are the training preferences" if key == "env.preference" else
+                   "it trains until the landmark reward converges or train.max_cycles ends it")
+            raise ConfigError(f"{key}={value!r} is invalid with train.schedule={kind!r}: only "
+                              f"the fixed schedule uses it ({kind}: {why})")
+    if ("env.preference" in given and cfg.agent.get("pref_dim", 3) == 0
+            and cfg.env.get("reward", "mocc") == "aurora"):
+        raise ConfigError(f"env.preference={given['env.preference']!r} is invalid with "
+                          f"{cfg.name}'s agent.pref_dim=0 and env.reward='aurora': neither the "
+                          "policy (no preference input) nor Aurora's reward reads it; with "
+                          "env.reward='mocc' (--reward mocc) it is the reward's weights")
+    if kind != "fixed":
+        _check_landmarks(cfg, kind, "the run's config")
+
+
 def train(cfg: AlgoConfig, out: str | Path, *, seed: int = 0, resume: bool = False,
           progress: bool = True, max_iters: int | None = None,
           log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Train ``cfg`` into ``out`` (see ``ccjax.train.store`` for the layout)."""
     check_max_iters(max_iters)
-    check_out(Path(out), resume)  # before anything is built or traced
+    check_out(out, resume)  # before anything is built or traced
+    check_options(cfg)
     schedule = make_schedule(cfg, seed)
+    if resume:  # the run's config.json against this one, before anything is built
+        check_resume(out, {"algo": cfg.to_dict(), "seed": seed,
+                           "schedule": type(schedule).__name__, "meta": {}})
     setup = build(cfg, seed)
     return Trainer(setup, schedule, out, resume=resume, progress=progress, log=log).run(max_iters)
 
@@ -61,7 +100,7 @@ def load_run(run_dir: str | Path) -> tuple[AlgoConfig, int, dict[str, Any]]:
     p = d / "config.json"
     if not p.is_file():
         raise ConfigError(f"from={str(d)!r} is invalid: not a training run (no config.json)")
-    raw = json.loads(p.read_text())
+    raw = read_config(p)
     return AlgoConfig.from_dict(raw["algo"]), int(raw.get("seed", 0)), raw
 
 
@@ -85,7 +124,7 @@ def adapt(from_dir: str | Path, preference, out: str | Path | None = None, *,
     if out is None:
         out = src / "adapt" / (fmt(w).strip("<>").replace(",", "-")
                                + ("" if replay else "-noreplay"))
-    check_out(Path(out), resume)  # before the source's model is restored
+    check_out(out, resume)  # before the source's model is restored
     # the stored pool: the source's landmarks (or its one preference), then every preference
     # adapted to since (MOCC 4.3: "stores encountered applications")
     trained = np.asarray(make_schedule(cfg, src_seed).eval_prefs, np.float32).reshape(-1, 3)
@@ -95,6 +134,11 @@ def adapt(from_dir: str | Path, preference, out: str | Path | None = None, *,
             pool.append(list(map(float, p)))
     pool_arr = np.asarray(pool, np.float32).reshape(-1, 3)
     n_iters = iters if iters is not None else cfg.train.get("adapt_iters", 200)
+    meta = {"from": str(src.resolve()), "preference": [float(x) for x in w], "replay": replay,
+            "iters": int(n_iters), "pool": pool + [[float(x) for x in w]]}
+    if resume:  # the adaptation's config.json against this one, before anything is built
+        check_resume(out, {"algo": cfg.to_dict(), "seed": seed, "schedule": Fixed.__name__,
+                           "meta": meta})
     setup = build(cfg, seed)
     # the trained model: the best-evaluated state (best/, what policy/ exports) when the run
     # recorded one, else its last checkpoint
@@ -116,8 +160,7 @@ def adapt(from_dir: str | Path, preference, out: str | Path | None = None, *,
     schedule = Fixed(setup.venv.n, tuple(float(x) for x in w), n_iters,
                      cfg.train.get("eval_every", 8), replay=pool_arr if replay else None,
                      probe=pool_arr, seed=seed, phase="adapt")
-    meta = {"from": str(src.resolve()), "from_iteration": int(from_iter),
-            "preference": [float(x) for x in w], "replay": replay, "iters": int(n_iters),
-            "pool": pool + [[float(x) for x in w]]}
+    meta = {"from": meta["from"], "from_iteration": int(from_iter),
+            **{k: v for k, v in meta.items() if k != "from"}}
     return Trainer(setup, schedule, out, resume=resume, init_state=state, meta=meta,
                    progress=progress, log=log).run(max_iters)

@@ -24,6 +24,40 @@ from typing import Any
 
 import orbax.checkpoint as ocp
 
+from ccjax.errors import ConfigError
+
+
+def check_out_dir(path: str | os.PathLike[str], field: str = "out") -> Path:
+    """``path`` as a ``Path`` if a run's (or a sweep's) folder can be made or used there, else a
+    one-line ``ConfigError`` naming ``field``: checked before anything is built, as the folder
+    is first made under its lock after compiling. Refused: an empty path (``Path("")`` is the
+    current folder, which the user did not name), an existing file, a file on the way to it,
+    and a place where no file can be made (tried beside the target with a temporary file,
+    ``plot.common.try_writable``, so nothing is created or removed)."""
+    from ccjax.dirlock import LOCK_NAME, nearest_folder
+    from ccjax.plot.common import try_writable
+
+    text = os.fspath(path)
+    if text == "":
+        raise ConfigError(f"{field}='' is invalid: a folder's path (an empty path is not taken "
+                          "as the current folder)")
+    p = Path(text)
+    if p.exists() and not p.is_dir():
+        raise ConfigError(f"{field}={text!r} is invalid: it is a file, not a folder; name a "
+                          "folder (a new one, or the one to resume)")
+    up, _ = nearest_folder(p)
+    if not up.is_dir():
+        raise ConfigError(f"{field}={text!r} is invalid: {str(up)!r} on the way to it is a "
+                          "file, not a folder")
+    try:
+        # in the folder itself where it exists (its lock file, opened to append nothing if it
+        # is there), else in the nearest folder above it that exists
+        try_writable(p / LOCK_NAME if p.is_dir() else p, up)
+    except OSError as e:
+        raise ConfigError(f"{field}={text!r} is invalid: nothing can be written there "
+                          f"({e.strerror or e})") from None
+    return p
+
 
 def write_json(path: Path, obj: Any) -> None:
     """Atomically (write a temporary file, then rename)."""

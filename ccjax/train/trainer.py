@@ -31,7 +31,7 @@ from ccjax.dirlock import DirLock
 from ccjax.errors import ConfigError
 from ccjax.train.schedules import Segment
 from ccjax.train.setup import Evaluator, Setup
-from ccjax.train.store import Checkpoints, CsvLog, write_json
+from ccjax.train.store import Checkpoints, CsvLog, check_out_dir, write_json
 
 METRIC_FIELDS = ["iteration", "phase", "cycle", "label", "wall_s", "reward", "reward_current",
                  "reward_replay", "utilization", "latency_ratio", "loss_rate", "episode_return",
@@ -45,14 +45,66 @@ EVAL_FIELDS = ["iteration", "phase", "cycle", "wall_s", "w_thr", "w_lat", "w_los
 RESUME_META = ("from", "preference", "replay", "iters")
 
 
-def check_out(out: Path, resume: bool) -> None:
-    """One-line ``ConfigError`` unless ``out`` fits: no run in it, or, with ``resume``, one."""
+def check_out(out: str | Path, resume: bool) -> None:
+    """One-line ``ConfigError`` unless ``out`` fits: a folder (``store.check_out_dir``: not
+    empty, not a file) with no run in it, or, with ``resume``, one."""
+    check_out_dir(out)
     cfg_path = Path(out) / "config.json"
     if cfg_path.exists() and not resume:
         raise ConfigError(f"out={str(out)!r} is invalid: it holds a run already; pass "
                           "--resume to continue it or choose a new directory")
     if resume and not cfg_path.exists():
         raise ConfigError(f"out={str(out)!r} is invalid for --resume: no config.json there")
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A run's config.json, or a one-line ``ConfigError`` naming it when it is not one (a
+    file cut short or overwritten)."""
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e).splitlines()[0]
+        raise ConfigError(f"{str(path)!r} is invalid: not a readable run config ({why})"
+                          ) from None
+    if not (isinstance(raw, dict) and isinstance(raw.get("algo"), dict)
+            and "name" in raw["algo"]):
+        raise ConfigError(f"{str(path)!r} is invalid: not a run config (no algo table)")
+    return raw
+
+
+def _differences(old: Any, new: Any, key: str) -> list[str]:
+    """The dotted keys under ``key`` whose values differ, with both values (``old`` there,
+    ``new`` now): a table's own keys, not the whole table."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in list(old) + [k for k in new if k not in old]:
+            out += _differences(old.get(k), new.get(k), f"{key}.{k}" if key else k)
+        return out
+    return [] if old == new else [f"{key} differs ({old!r} there, {new!r} now)"]
+
+
+def check_resume(out: str | Path, mine: dict[str, Any]) -> None:
+    """One-line ``ConfigError`` unless ``mine`` (what the run would write as its config.json)
+    continues the run in ``out``: the same config, seed and schedule, and an adaptation's
+    source, preference, replay and length (``RESUME_META``). Checked before anything is built,
+    and again under the run's lock; the error names every key that differs."""
+    old = read_config(Path(out) / "config.json")
+    mine = json.loads(json.dumps(mine, default=str))
+    a, b = old.get("algo") or {}, mine.get("algo") or {}
+    # a config's tables are named as --set names them (train.n_envs); the record of the
+    # overrides only where the values they set are the same (a flag given once, not the other)
+    diff = _differences({k: v for k, v in a.items() if k != "overrides"},
+                        {k: v for k, v in b.items() if k != "overrides"}, "")
+    diff = diff or _differences(a.get("overrides"), b.get("overrides"), "overrides")
+    diff += _differences(old.get("seed"), mine.get("seed"), "seed")
+    diff += _differences(old.get("schedule"), mine.get("schedule"), "schedule")
+    # an adaptation's source, preference, replay and length (a train run has none)
+    was, now = old.get("meta") or {}, mine.get("meta") or {}
+    diff += [d for k in RESUME_META if k in was for d in _differences(was.get(k), now.get(k), k)]
+    if diff:
+        more = f" and {len(diff) - 4} more" if len(diff) > 4 else ""
+        raise ConfigError(f"--resume is invalid: {', '.join(diff[:4])}{more} from the run in "
+                          f"{str(out)!r}; resume with the same arguments")
 
 
 def check_max_iters(max_iters: int | None) -> None:
@@ -94,18 +146,7 @@ class Trainer:
         out.mkdir(parents=True, exist_ok=True)
         mine = json.loads(json.dumps(self._config(), default=str))
         if self.resume:
-            old = json.loads(cfg_path.read_text())
-            for k in ("algo", "seed", "schedule"):
-                if old.get(k) != mine.get(k):
-                    raise ConfigError(f"--resume is invalid: {k} differs from the run in "
-                                      f"{str(out)!r}; resume with the same arguments")
-            # an adaptation's source, preference, replay and length (a train run has none)
-            was, now = old.get("meta") or {}, mine.get("meta") or {}
-            for k in RESUME_META:
-                if k in was and was.get(k) != now.get(k):
-                    raise ConfigError(f"--resume is invalid: {k} differs from the run in "
-                                      f"{str(out)!r} ({was.get(k)!r} there, {now.get(k)!r} "
-                                      "now); resume with the same arguments")
+            check_resume(out, mine)
         else:
             write_json(cfg_path, mine)
         self.metrics = CsvLog(out / "metrics.csv", METRIC_FIELDS)
