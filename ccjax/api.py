@@ -101,7 +101,10 @@ def simulate(
     names = _pad(names, n_real, n_flows, "cc")
     distinct = sorted(set(names))
     members = [get_controller(n) for n in distinct]
-    rates = [rate_mbps] if isinstance(rate_mbps, int | float) else list(rate_mbps)
+    rates = [rate_mbps] if isinstance(rate_mbps, int | float | str) else list(rate_mbps)
+    for r in rates:  # a bool is an int to Python, a string is no rate: neither is taken as one
+        require(isinstance(r, int | float | np.integer | np.floating) and not isinstance(r, bool),
+                "rate_mbps", r, "a number of Mbps (or one per flow)")
     per_flow_rates = len(rates) > 1
     rates = _pad(rates, n_real, n_flows, "rate_mbps")
     for f, (r, name) in enumerate(zip(rates, names, strict=True)):

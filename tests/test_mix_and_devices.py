@@ -31,6 +31,14 @@ def test_mixed_controllers_share_a_link(monkeypatch):
                  duration_s=1.0, model="fluid")
     with pytest.raises(ConfigError, match="at most 1e\\+06 Mbps"):
         simulate([spec], cc="const", rate_mbps=1e40, duration_s=1.0, model="fluid")
+    for bad in (True, "8", [5.0, None, 7.0]):  # a bool is an int to Python; text is no rate
+        with pytest.raises(ConfigError, match="rate_mbps=.* a number of Mbps"):
+            simulate([spec], cc="const", rate_mbps=bad, duration_s=1.0, model="fluid")
+    # the params ``run_controller`` takes as they are: a bad rate ran silently to NaN
+    from ccjax.cc.const import Const
+    for bad in (0.0, -5.0, float("nan"), 1e40):
+        with pytest.raises(ConfigError, match="rate_mbps="):
+            Const().default_params(2, rate_mbps=bad)
 
 
 _SCRIPT = """
