@@ -861,7 +861,7 @@ def cmd_sweep(args) -> int:
 
         check_out_dir(args.out)
     # every trial and the backend's options validated here, before anything is traced
-    spec = load_spec(args.spec, dict(args.set or []))
+    spec = load_spec(args.spec, dict(args.set or []), resuming=bool(args.resume))
     check_backend(args.backend, args.ray_address, args.ray_workers, args.ray_cpus)
     # an empty --out is refused (run_sweep), not replaced by the default
     out = args.out if args.out is not None else str(default_out(spec))

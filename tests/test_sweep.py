@@ -787,3 +787,15 @@ def test_every_shipped_spec_loads_and_gives_its_reasons(name):
         if ("=" in st and not st.startswith(("#", "name", "description", "algo"))
                 and not st.endswith("[")):
             assert "#" in st, f"{name}: no reason given for {st!r}"
+
+
+def test_a_spec_with_a_key_sweeps_ignore_loads_to_resume(tmp_path):
+    # A sweep started before those keys were refused may hold one; it is in its trials' ids,
+    # so only resuming may load it (the runner then requires the very trials its ledger holds).
+    path = _write_spec(tmp_path / "old.toml", {"hyper.lr": [1e-3, 2e-3]}, {})
+    path.write_text(path.read_text().replace("[axes]", "train.eval_every = 4\n[axes]"))
+    with pytest.raises(ConfigError, match="train.eval_every=4 is invalid"):
+        load_spec(path)
+    assert len(load_spec(path, resuming=True).trials) == 2
+    with pytest.raises(ConfigError, match="train.eval_every=4 is invalid"):
+        load_spec(path)  # the allowance ends with the call

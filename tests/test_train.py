@@ -295,3 +295,33 @@ def test_a_kill_between_the_checkpoint_and_the_export_is_mended_on_resume(tmp_pa
     assert best.latest() == at
     best.close()
     assert (out / "policy" / "policy.json").is_file()
+
+
+def test_a_run_started_with_an_option_its_schedule_ignores_still_resumes(tmp_path, monkeypatch):
+    # Runs made before the schedule's option rules may hold such an option (``--iters`` with
+    # two-phase); a resume is held to its own config.json instead, so it is not stranded.
+    import json
+
+    import ccjax.train as T
+    from ccjax.algos import load_algo
+    from ccjax.errors import ConfigError
+
+    class Built(Exception):
+        pass
+
+    def built(*a, **k):
+        raise Built
+
+    monkeypatch.setattr(T, "build", built)
+    cfg = load_algo("ppo-mocc", {"train.iters": 3})
+    with pytest.raises(ConfigError, match="only the fixed schedule uses it"):
+        T.train(cfg, tmp_path / "new")
+    run = tmp_path / "old"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps(
+        {"algo": cfg.to_dict(), "seed": 0, "schedule": "TwoPhase", "meta": {}}, default=str))
+    with pytest.raises(Built):
+        T.train(cfg, run, resume=True)
+    # and a different option still stops a resume, naming the key
+    with pytest.raises(ConfigError, match="train.iters differs"):
+        T.train(load_algo("ppo-mocc", {"train.iters": 4}), run, resume=True)

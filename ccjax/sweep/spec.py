@@ -61,6 +61,7 @@ trained under the old one.
 
 from __future__ import annotations
 
+import contextvars
 import hashlib
 import itertools
 import json
@@ -187,9 +188,15 @@ def _flatten(table: Any, where: str, leaf_dicts: bool = False) -> dict[str, Any]
     return out
 
 
+#: set while loading a spec to resume a sweep (``load_spec(..., resuming=True)``): a sweep
+#: started before ``IGNORED_KEYS`` were refused may hold them, and they are part of its trials'
+#: ids, so refusing them then would strand its finished trials
+_RESUMING: contextvars.ContextVar[bool] = contextvars.ContextVar("resuming", default=False)
+
+
 def _check(key: str, value: Any, where: str) -> Any:
     """One value through the preset schema (the same checks ``load_algo`` applies)."""
-    if key in IGNORED_KEYS:
+    if key in IGNORED_KEYS and not _RESUMING.get():
         raise ConfigError(f"{key}={value!r} is invalid in {where}: {IGNORED_KEYS[key]}")
     if key == "seed":
         if not (_is_int(value) and value >= 0):
@@ -324,10 +331,21 @@ def static_key(cfg: AlgoConfig) -> dict[str, Any]:
 
 
 def load_spec(name_or_path: str | os.PathLike[str],
-              overrides: dict[str, Any] | None = None) -> SweepSpec:
+              overrides: dict[str, Any] | None = None, *, resuming: bool = False) -> SweepSpec:
     """Load, validate and expand a spec: by name (``sweeps/<name>.toml``) or by path. Every
     trial's config is resolved and checked here, before anything is traced. ``overrides``
-    (``{"train.iters": 20}``, ``ccjax sweep --set``) apply on top of the spec's ``[set]``."""
+    (``{"train.iters": 20}``, ``ccjax sweep --set``) apply on top of the spec's ``[set]``.
+    ``resuming``: the spec is to resume a sweep, which may predate the refusal of
+    ``IGNORED_KEYS`` (the runner still requires the very trials the ledger holds)."""
+    token = _RESUMING.set(resuming)
+    try:
+        return _load_spec(name_or_path, overrides)
+    finally:
+        _RESUMING.reset(token)
+
+
+def _load_spec(name_or_path: str | os.PathLike[str],
+               overrides: dict[str, Any] | None) -> SweepSpec:
     s = os.fspath(name_or_path)
     if s.endswith(".toml") or "/" in s or os.sep in s:
         path = Path(s)

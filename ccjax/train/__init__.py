@@ -50,16 +50,17 @@ def make_schedule(cfg: AlgoConfig, seed: int = 0) -> Any:
     return Fixed(n, tuple(float(x) for x in w), t["iters"], t.get("eval_every", 8), seed=seed)
 
 
-def check_options(cfg: AlgoConfig) -> None:
+def check_options(cfg: AlgoConfig, overrides: bool = True) -> None:
     """Refuse a value given on top of the preset (a flag or ``--set``: ``cfg.overrides``) that
     the run's schedule or learner never reads, since config.json would record it as if it had
     shaped the run; and a landmark schedule whose landmarks would not all be trained
     (``sweep.spec._check_landmarks``, the rule sweeps apply). The preset's own values are not
-    judged: a preset serves several schedules."""
+    judged: a preset serves several schedules. ``overrides=False`` (a resume) skips the rules
+    on given values: the run's own config.json then decides (``check_resume``)."""
     from ccjax.sweep.spec import _check_landmarks
 
     kind = cfg.train.get("schedule", "two-phase")
-    given = cfg.overrides
+    given = cfg.overrides if overrides else {}
     for key, value in given.items():
         if kind == "fixed" and key in LANDMARK_KEYS:
             raise ConfigError(f"{key}={value!r} is invalid with train.schedule='fixed': only "
@@ -85,7 +86,9 @@ def train(cfg: AlgoConfig, out: str | Path, *, seed: int = 0, resume: bool = Fal
     """Train ``cfg`` into ``out`` (see ``ccjax.train.store`` for the layout)."""
     check_max_iters(max_iters)
     check_out(out, resume)  # before anything is built or traced
-    check_options(cfg)
+    # a resumed run is held to its own config.json instead (``check_resume``): one started
+    # before these rules may hold an option they refuse, and refusing it would strand the run
+    check_options(cfg, overrides=not resume)
     schedule = make_schedule(cfg, seed)
     if resume:  # the run's config.json against this one, before anything is built
         check_resume(out, {"algo": cfg.to_dict(), "seed": seed,
