@@ -22,7 +22,7 @@ from ccjax.errors import ConfigError, require
 from ccjax.sim.link import MODELS, WINDOW_SENDERS, LinkSpec, build_links, plan
 from ccjax.sim.resolution import resolve_tick
 from ccjax.sim.run import RunResult, make_timeline, run
-from ccjax.units import MAX_RATE_MBPS, mbps_to_bytes_per_s
+from ccjax.units import check_rate_mbps, mbps_to_bytes_per_s
 
 
 def _per_flow(values: Sequence[float], n: int, field: str) -> list[float]:
@@ -109,8 +109,7 @@ def simulate(
     rates = _pad(rates, n_real, n_flows, "rate_mbps")
     for f, (r, name) in enumerate(zip(rates, names, strict=True)):
         if name == "const":
-            require(math.isfinite(r) and 0 < r <= MAX_RATE_MBPS, "rate_mbps", r,
-                    f"a rate > 0 and at most {MAX_RATE_MBPS:g} Mbps")
+            check_rate_mbps("rate_mbps", r)
         elif per_flow_rates and f < n_real and r != 0:
             # a per-flow list: the entry of a flow that sets its own rate would be ignored
             raise ConfigError(f"rate_mbps={r:g} for flow {f} is invalid: that flow runs {name}, "
@@ -214,8 +213,7 @@ def link_from_flags(
     starts = _per_flow(start_s if start_s is not None else [0.0], flows, "start_s")
     stops = _per_flow(stop_s, flows, "stop_s") if stop_s is not None else None
     if trace is None:
-        require(math.isfinite(bw_mbps) and 0 < bw_mbps <= MAX_RATE_MBPS, "bw_mbps", bw_mbps,
-                f"a number > 0 and at most {MAX_RATE_MBPS:g} Mbps")
+        check_rate_mbps("bw_mbps", bw_mbps)
     if buffer_pkts is None:
         for r in rtts:
             require(math.isfinite(r) and r > 0, "rtt_ms", r, "a number > 0 ms")

@@ -10,7 +10,7 @@ import argparse
 import json
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -296,14 +296,21 @@ def cmd_simulate(args) -> int:
         if len(summaries) > 1:
             print(f"({len(summaries)} links simulated; --json prints every link)")
     if args.plot:
-        try:
-            plot_run(summaries[0], args.plot, title=name)
-        except OSError as e:
-            raise ConfigError(f"plot={args.plot!r} could not be written: "
-                              f"{e.strerror or e}") from None
-        if not args.json:
-            print(f"plot written to {args.plot}")
+        _write_after("plot", args.plot, lambda: plot_run(summaries[0], args.plot, title=name),
+                     quiet=args.json, what="plot")
     return 0
+
+
+def _write_after(field: str, path: str, write: Callable[[], object], quiet: bool,
+                 what: str) -> None:
+    """Write a file once the results are printed: an error then is one line, and the run's
+    results are not lost with it."""
+    try:
+        write()
+    except OSError as e:
+        raise ConfigError(f"{field}={path!r} could not be written: {e.strerror or e}") from None
+    if not quiet:
+        print(f"{what} written to {path}")
 
 
 def _ns3_seeds(text: str) -> list[int]:
@@ -771,13 +778,8 @@ def cmd_eval(args) -> int:
     else:
         _print_eval_table(res)
     if args.csv:
-        try:
-            res.write_csv(args.csv)
-        except OSError as e:
-            raise ConfigError(f"csv={args.csv!r} could not be written: "
-                              f"{e.strerror or e}") from None
-        if not args.json:
-            print(f"table written to {args.csv}")
+        _write_after("csv", args.csv, lambda: res.write_csv(args.csv), quiet=args.json,
+                     what="table")
     return 0
 
 

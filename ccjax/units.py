@@ -16,6 +16,19 @@ PAYLOAD_BYTES = 1448
 MAX_RATE_MBPS = 1e6
 
 
+def check_rate_mbps(field: str, value: object) -> None:
+    """A one-line ``ConfigError`` unless ``value`` is a rate in (0, ``MAX_RATE_MBPS``] Mbps (a
+    bool is an int to Python and is no rate)."""
+    import math
+    import numbers
+
+    from ccjax.errors import require
+
+    require(isinstance(value, numbers.Real) and not isinstance(value, bool)
+            and math.isfinite(value) and 0 < value <= MAX_RATE_MBPS, field, value,
+            f"a number > 0 and at most {MAX_RATE_MBPS:g} Mbps")
+
+
 def mbps_to_bytes_per_s(mbps: float) -> float:
     return mbps * 1e6 / 8.0
 

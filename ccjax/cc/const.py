@@ -7,7 +7,6 @@ UDP-like competing flows).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -18,8 +17,7 @@ from ccjax.cc.base import Decision
 
 if TYPE_CHECKING:
     from ccjax.sim.stats import MIStats
-from ccjax.errors import require
-from ccjax.units import MAX_RATE_MBPS, PACKET_BYTES, mbps_to_bytes_per_s
+from ccjax.units import PACKET_BYTES, check_rate_mbps, mbps_to_bytes_per_s
 
 
 class ConstParams(struct.PyTreeNode):
@@ -37,9 +35,7 @@ class Const:
     def default_params(self, n_flows: int, rate_mbps: float = 10.0) -> ConstParams:
         # checked here too: ``run_controller`` takes these params as they are, and a rate of 0,
         # below 0 or NaN ran silently to NaN
-        require(isinstance(rate_mbps, int | float) and not isinstance(rate_mbps, bool)
-                and math.isfinite(rate_mbps) and 0 < rate_mbps <= MAX_RATE_MBPS, "rate_mbps",
-                rate_mbps, f"a rate > 0 and at most {MAX_RATE_MBPS:g} Mbps")
+        check_rate_mbps("rate_mbps", rate_mbps)
         return ConstParams(
             rate=jnp.full(n_flows, mbps_to_bytes_per_s(rate_mbps), jnp.float32),
             # Aurora's monitor interval: half a smoothed RTT (PCC-RL network_sim.py).

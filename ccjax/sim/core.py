@@ -237,14 +237,12 @@ def _spread_group(cfg: SimConfig, link: LinkParams, t: jnp.ndarray, c0: jnp.ndar
     # mean position of the slice's bytes -> time, linear within the tick
     mid = off[None, :] + 0.5 * (prev + done)  # from the group's start
     lo = bounds[:-1, None] - start
-    # mixed, a flow's slice of a tick lies across all that the tick served (in the group's
-    # bytes: the flow's own bytes gone, ``done``, would put it too early when flows share it)
-    served = jnp.broadcast_to(
-        0.5 * (jnp.clip(lo, 0.0, total) + jnp.clip(rel[:, None], 0.0, total)), mid.shape)
-    if cfg.model == "fluid":
-        mid = served
-    elif mixed is not None:
-        mid = jnp.where(mixed, served, mid)
+    if cfg.model == "fluid" or mixed is not None:
+        # mixed, a flow's slice of a tick lies across all that the tick served (in the group's
+        # bytes: the flow's own bytes gone, ``done``, would put it too early when flows share)
+        served = jnp.broadcast_to(
+            0.5 * (jnp.clip(lo, 0.0, total) + jnp.clip(rel[:, None], 0.0, total)), mid.shape)
+        mid = served if cfg.model == "fluid" else jnp.where(mixed, served, mid)
     width = jnp.maximum(bounds[1:] - bounds[:-1], 1e-30)[:, None]
     when = u[:, None].astype(jnp.float32) + jnp.clip((mid - lo) / width, 0.0, 1.0)
     tf1 = t.astype(jnp.float32) + 1.0

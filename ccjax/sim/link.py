@@ -19,7 +19,7 @@ from ccjax.errors import ConfigError, require
 from ccjax.sim import capacity
 from ccjax.sim.capacity import Schedule
 from ccjax.sim.trace import trace_segments, validate_stamps
-from ccjax.units import MAX_RATE_MBPS, PACKET_BYTES, mbps_to_bytes_per_s
+from ccjax.units import PACKET_BYTES, check_rate_mbps, mbps_to_bytes_per_s
 
 MODELS = ("fluid", "packet")
 #: the longest base RTT a link may have (100 s): the ACK delay line holds one slot per tick of it
@@ -121,8 +121,7 @@ class LinkSpec:
             bw = list(self.bandwidth_mbps)
             require(len(bw) >= 1, "bandwidth_mbps", bw, "at least one value")
             for b in bw:
-                require(math.isfinite(b) and 0 < b <= MAX_RATE_MBPS, "bandwidth_mbps", b,
-                        f"a number > 0 and at most {MAX_RATE_MBPS:g} Mbps")
+                check_rate_mbps("bandwidth_mbps", b)
             st = list(self.steps_s)
             require(len(st) == len(bw), "steps_s", st,
                     f"one start time per bandwidth value ({len(bw)})")
