@@ -76,11 +76,10 @@ def _check_duration(duration_s: float, tick_ms: float) -> None:
     than a tick is blamed on the flag that made it so."""
     require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s,
             "a finite number > 0 s")
-    ticks = duration_s * 1e3 / tick_ms
-    require(ticks >= 1 or math.isclose(ticks, 1, rel_tol=1e-6), "duration_s", duration_s,
-            f"at least one tick (--tick-ms {tick_ms:g} ms)")
-    require(_whole(ticks), "duration_s", duration_s,
-            f"a whole number of ticks of --tick-ms {tick_ms:g} ms (it is {ticks:.6g})")
+    from ccjax.units import ticks_problem
+
+    why = ticks_problem(duration_s, tick_ms, f"--tick-ms {tick_ms:g} ms")
+    require(why is None, "duration_s", duration_s, str(why))
 
 
 def _check_rtt_range(rtt_ms: float) -> None:

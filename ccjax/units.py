@@ -51,3 +51,17 @@ def pkts_to_bytes(pkts: float) -> float:
 
 def bytes_to_pkts(b: float) -> float:
     return b / PACKET_BYTES
+
+
+def ticks_problem(duration_s: float, tick_ms: float, tick: str) -> str | None:
+    """Why ``duration_s`` is not a run of whole ticks of ``tick_ms`` (``tick`` names that tick
+    in the message), or None: the simulator runs whole ticks, and a duration between them would
+    be rounded silently. Whole up to float rounding (1e-6 relative: 0.3 / 0.1 is 3 ticks)."""
+    import math
+
+    ticks = duration_s * 1e3 / tick_ms
+    if not (ticks >= 1 or math.isclose(ticks, 1, rel_tol=1e-6)):
+        return f"at least one tick ({tick})"
+    if not math.isclose(ticks, round(ticks), rel_tol=1e-6):
+        return f"a whole number of ticks of {tick} (it is {ticks:.6g})"
+    return None

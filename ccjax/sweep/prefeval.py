@@ -178,18 +178,13 @@ def parse_prefeval(table: Any, where: str = "[prefeval]",
     if len(set(spec.classic)) != len(spec.classic):
         raise invalid("classic", list(spec.classic), "a controller is named twice")
     from ccjax.sim.scenario import load_scenario
+    from ccjax.units import ticks_problem
 
     sc = load_scenario(spec.scenario)  # an unknown scenario: its own one-line ConfigError
     # a run lasts whole ticks of tick_ms, the tick every method runs at (or finer, for Copa:
     # ccjax.sim.resolution); a duration between them would be rounded silently
     dur = spec.duration_s if spec.duration_s is not None else sc.duration_s
-    tick = f"prefeval.tick_ms = {spec.tick_ms:g} ms"
-    ticks = dur * 1e3 / spec.tick_ms
-    why = None
-    if not (ticks >= 1 or math.isclose(ticks, 1, rel_tol=1e-6)):
-        why = f"at least one tick ({tick})"
-    elif not math.isclose(ticks, round(ticks), rel_tol=1e-6):
-        why = f"a whole number of ticks of {tick} (it is {ticks:.6g})"
+    why = ticks_problem(dur, spec.tick_ms, f"prefeval.tick_ms = {spec.tick_ms:g} ms")
     if why is not None and spec.duration_s is None:
         raise ConfigError(f"prefeval.duration_s={dur!r} (scenario {spec.scenario!r}'s, none "
                           f"given) is invalid: {why}; give a duration_s that is")
