@@ -358,6 +358,10 @@ def _add_validate(sub) -> None:
                    help="ccjax's model (default packet, the reference for TCP)")
     p.add_argument("--workers", type=int, default=2, help="ns-3 processes at a time (default 2)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--plot", default=None, metavar="PATH",
+                   help="also draw each flow's throughput, its share of the bytes delivered so "
+                   "far and the bottleneck queue over time, ns-3's and ccjax's seed means, to "
+                   "PATH (.png, .pdf or .svg; drawn after the verdict is printed)")
 
 
 def _validate_table(c, tol: dict, args, ns3_wall: float, ccjax_wall: float) -> None:
@@ -411,6 +415,10 @@ def cmd_validate(args) -> int:
                                args.loss, args.duration_s)
     require(args.ccjax_seeds >= 1, "ccjax_seeds", args.ccjax_seeds, "an integer >= 1")
     require(args.workers >= 1, "workers", args.workers, "an integer >= 1")
+    if args.plot is not None:
+        from ccjax.plot import check_plot_path
+
+        check_plot_path(args.plot)
     t0 = time.perf_counter()
     try:
         (ref, spread), = v.run_ns3([sc], seeds=args.ns3_seeds, workers=args.workers)
@@ -430,6 +438,12 @@ def cmd_validate(args) -> int:
         print(json.dumps(rec))
     else:
         _validate_table(c, tol, args, t1 - t0, t2 - t1)
+    if args.plot is not None:
+        from ccjax.plot.validation import plot_validation
+
+        _write_after("plot", args.plot,
+                     lambda: plot_validation(c, args.plot, args.ns3_seeds, args.ccjax_seeds),
+                     quiet=args.json, what="plot")
     return 0 if c.ok else 1
 
 

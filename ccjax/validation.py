@@ -27,13 +27,14 @@ within tolerance against them.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import time
 import zlib
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
@@ -237,6 +238,46 @@ CI_AGREEING = (
 # running both sides
 
 
+@dataclass(frozen=True)
+class RunSeries:
+    """A run's time series, one value per ``interval_s`` from the start (the last interval may
+    be shorter): each flow's throughput (IP bytes that crossed the bottleneck) and the
+    bottleneck queue averaged over the interval, in packets. Both simulators report them so
+    (ns-3's dumbbell ``throughput_series_mbps`` and ``queue_series_pkts``, ccjax's
+    ``throughput_series_mbps`` and ``queue_mean_series_pkts``)."""
+
+    interval_s: float
+    throughput_mbps: np.ndarray  # (flows, intervals)
+    queue_pkts: np.ndarray  # (intervals,)
+
+    @staticmethod
+    def from_summary(s: dict, flows: int) -> RunSeries | None:
+        """The series of a run summary of either simulator, or None where it has none."""
+        link = s.get("link", {})
+        queue = link.get("queue_mean_series_pkts", link.get("queue_series_pkts"))
+        dt = s.get("sim", {}).get("series_interval_s", s.get("config", {}).get("interval_s"))
+        try:
+            thr = np.asarray([f["throughput_series_mbps"] for f in s["flows"][:flows]], float)
+        except (KeyError, TypeError):
+            return None
+        if queue is None or dt is None or thr.ndim != 2 or thr.shape[1] != len(queue):
+            return None
+        return RunSeries(float(dt), thr, np.asarray(queue, float))
+
+    @staticmethod
+    def mean(runs: Sequence[RunSeries | None]) -> RunSeries | None:
+        """The runs' mean, interval by interval; None unless all have series of one shape."""
+        if not runs or any(r is None for r in runs):
+            return None
+        first = runs[0]
+        if any(r.interval_s != first.interval_s or r.throughput_mbps.shape
+               != first.throughput_mbps.shape for r in runs):
+            return None
+        return RunSeries(first.interval_s,
+                         np.mean([r.throughput_mbps for r in runs], axis=0),
+                         np.mean([r.queue_pkts for r in runs], axis=0))
+
+
 @dataclass
 class Measured:
     utilization: float
@@ -251,6 +292,14 @@ class Measured:
     #: A seed average's Jain index: the mean of its runs' indices (``average``); None for one
     #: run, whose index comes from its throughputs
     jain_mean: float | None = None
+    #: the run's time series (of a seed average, the runs' mean), for ``ccjax validate --plot``;
+    #: a report's JSON does not store them (``record``)
+    series: RunSeries | None = field(default=None, repr=False, compare=False)
+
+    def record(self) -> dict:
+        """The figures as a report's JSON stores them (everything but the series)."""
+        return {f.name: copy.copy(getattr(self, f.name)) for f in fields(self)
+                if f.name != "series"}
 
     @property
     def shares(self) -> list[float]:
@@ -277,7 +326,8 @@ def _from_summary(s: dict, flows: int, wall_s: float) -> Measured:
                     loss_rate=float(s["link"]["drop_rate"]),
                     throughput_mbps=[float(f["throughput_mbps"]) for f in s["flows"][:flows]],
                     wall_s=wall_s,
-                    timeouts=float(sum(f.get("timeouts", 0) for f in s["flows"][:flows])))
+                    timeouts=float(sum(f.get("timeouts", 0) for f in s["flows"][:flows])),
+                    series=RunSeries.from_summary(s, flows))
 
 
 def scenario_seed(sc: Scenario, seed: int) -> int:
@@ -420,7 +470,8 @@ def average(runs: Sequence[Measured]) -> tuple[Measured, Spread]:
     thr = np.mean([m.throughput_mbps for m in runs], axis=0)
     mean = Measured(float(util.mean()), float(qd.mean()), float(loss.mean()),
                     [float(x) for x in thr], float(sum(m.wall_s for m in runs)),
-                    float(np.mean([m.timeouts for m in runs])), float(jain.mean()))
+                    float(np.mean([m.timeouts for m in runs])), float(jain.mean()),
+                    RunSeries.mean([m.series for m in runs]))
     return mean, Spread(float(np.ptp(util)), float(np.ptp(qd)), float(np.ptp(jain)),
                         float(loss.min()), float(loss.max()),
                         tuple(tuple(float(x) for x in m.throughput_mbps) for m in runs))
@@ -470,7 +521,7 @@ def ns3_against_itself(scenarios: Sequence[Scenario], ref: Sequence[tuple[Measur
 def ns3_runs_as_records(scenarios: Sequence[Scenario], seeds: Sequence[int],
                         runs: Sequence[Sequence[Measured]]) -> dict:
     return {"seeds": list(seeds),
-            "rows": [{"scenario": asdict(sc), "runs": [asdict(m) for m in rs]}
+            "rows": [{"scenario": asdict(sc), "runs": [m.record() for m in rs]}
                      for sc, rs in zip(scenarios, runs, strict=True)]}
 
 
@@ -683,7 +734,7 @@ def markdown_table(rows: Iterable[Comparison], title: str,
 
 
 def as_records(rows: Iterable[Comparison]) -> list[dict]:
-    return [{"scenario": asdict(r.scenario), "ns3": asdict(r.ns3), "ccjax": asdict(r.ccjax),
+    return [{"scenario": asdict(r.scenario), "ns3": r.ns3.record(), "ccjax": r.ccjax.record(),
              "ns3_spread": asdict(r.spread) if r.spread else None, "checks": r.checks,
              "reach": r.reach}
             for r in rows]
@@ -755,7 +806,8 @@ def summary_counts(rows: Sequence[Comparison]) -> dict[str, float]:
 
 
 __all__ = [
-    "Scenario", "Measured", "Spread", "average", "Comparison", "full_matrix", "ci_matrix",
+    "Scenario", "Measured", "RunSeries", "Spread", "average", "Comparison", "full_matrix",
+    "ci_matrix",
     "run_ccjax", "run_ns3", "run_ns3_seeds", "ns3_against_itself", "ns3_runs_as_records",
     "ns3_runs_from_records", "NS3_WINDOW_SENDER", "ns3_equivalent_params", "compare",
     "validate", "markdown_table", "as_records",

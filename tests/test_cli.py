@@ -262,6 +262,8 @@ def test_validate_exit_status_and_table_follow_the_verdict(capsys, monkeypatch):
     # ccjax runs validation at 1 ms ticks and would round what ns-3 gets exactly
     (["--rtt-ms", "40.5"], ["rtt_ms=40.5", "whole number of ms"]),
     (["--duration-s", "30.0005"], ["duration_s=30.0005", "whole number of ms"]),
+    (["--plot", "out/v.txt"], ["plot='out/v.txt'", ".png"]),
+    (["--plot", "/proc/v.png"], ["plot='/proc/v.png'"]),
 ])
 def test_validate_invalid_input_is_one_line_before_anything_runs(capsys, monkeypatch, argv,
                                                                  words):
@@ -274,6 +276,35 @@ def test_validate_invalid_input_is_one_line_before_anything_runs(capsys, monkeyp
     monkeypatch.setattr(v, "run_ccjax", ran)
     code, _, err = _run(capsys, "validate", *argv)
     _one_line_error(code, err, *words)
+
+
+def _series(thr: list[list[float]], queue: list[float]):
+    from ccjax import validation as v
+
+    return v.RunSeries(0.1, np.asarray(thr, float), np.asarray(queue, float))
+
+
+def test_validate_plot_draws_both_simulators_after_the_verdict(capsys, monkeypatch, tmp_path):
+    from ccjax import validation as v
+
+    ref = v.Measured(0.95, 10.0, 0.010, [5.0, 4.0],
+                     series=_series([[6, 5, 4], [3, 4, 5]], [10, 20, 30]))
+    spread = v.Spread(0.01, 0.5, 0.02, 0.009, 0.011)
+    got = v.Measured(0.94, 10.5, 0.012, [5.0, 4.0],
+                     series=_series([[7, 6, 5], [2, 3, 4]], [12, 22, 28]))
+    monkeypatch.setattr(v, "run_ns3", lambda sc, seeds, workers: [(ref, spread)])
+    monkeypatch.setattr(v, "run_ccjax", lambda sc, model, seeds: [got])
+    out_png = tmp_path / "figs" / "v.png"
+    code, out, _ = _run(capsys, "validate", "--flows", "2", "--rtt-ms", "20,80",
+                        "--plot", str(out_png))
+    assert code == 0
+    assert out.index("within every tolerance") < out.index(f"plot written to {out_png}")
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # --json keeps stdout one JSON object
+    code, out, _ = _run(capsys, "validate", "--flows", "2", "--rtt-ms", "20,80", "--json",
+                        "--plot", str(tmp_path / "v.pdf"))
+    assert code == 0 and json.loads(out)["ok"]
+    assert (tmp_path / "v.pdf").read_bytes()[:4] == b"%PDF"
 
 
 def test_validate_help_states_the_tolerances(capsys):

@@ -385,3 +385,26 @@ def test_sender_flight_stays_exact_after_gigabytes(model):
     true = float(s.queue[0] + in_flight(s, link, r.cfg)[0])
     # fractional fluid bytes round in the last digits of a 48 MB flight; packets are exact
     assert float(s.flight[0]) == pytest.approx(true, rel=1e-5 if model == "fluid" else 0.0)
+
+
+def test_queue_mean_series_is_the_intervals_mean_of_the_queue_at_each_tick():
+    """``queue_mean_series_pkts`` averages the queue over an interval's ticks (as ns-3's
+    dumbbell reports its queue); ``queue_series_pkts`` is the queue at the interval's end. With
+    one-tick intervals the two are the same, and a 10-tick interval's mean is the mean of its
+    ten one-tick values (a CUBIC flow filling a 2-BDP buffer: the queue moves every tick)."""
+    link = [link_from_flags(flows=1, bw_mbps=12.0, rtt_ms=(20.0,), buffer_pkts=40)]
+    ctl = get_controller("cubic")
+
+    def link_summary(interval_s: float) -> dict:
+        return run_controller(link, ctl, duration_s=1.0, series_interval_s=interval_s,
+                              link_seeds=[3]).summary(0)["link"]
+
+    fine, coarse = link_summary(1e-3), link_summary(1e-2)
+    np.testing.assert_allclose(fine["queue_mean_series_pkts"], fine["queue_series_pkts"],
+                               rtol=1e-5, atol=1e-6)
+    per_tick = np.asarray(fine["queue_series_pkts"]).reshape(100, 10)
+    assert per_tick.max() > 10 and np.ptp(per_tick, axis=1).max() > 1
+    np.testing.assert_allclose(coarse["queue_mean_series_pkts"], per_tick.mean(axis=1),
+                               rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(coarse["queue_series_pkts"], per_tick[:, -1], rtol=1e-5,
+                               atol=1e-6)

@@ -1,6 +1,7 @@
 """Figures (matplotlib; PNG, PDF or SVG by the output file's suffix).
 
 * ``run``: one simulation run (``ccjax simulate --plot``);
+* ``validation``: one scenario in ns-3 and in ccjax over time (``ccjax validate --plot``);
 * ``pareto``, ``ternary``, ``cdf``, ``curves``: a sweep's results (``ccjax plot ...``), read
   through ``sweepdata``.
 """

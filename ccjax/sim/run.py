@@ -295,6 +295,8 @@ def summarize(res: RunResult, i: int = 0) -> dict:
         "drop_rate": float(tot.dropped.sum() / arrivals) if arrivals > 0 else 0.0,
         "capacity_mbps": float(tot.cap_bytes.sum() / (lengths.sum() * dt) * 8e-6),
         "queue_series_pkts": (res.queue_end[i] / PACKET_BYTES).tolist(),
+        # the queue averaged over each interval's ticks, as ns-3's dumbbell reports it
+        "queue_mean_series_pkts": (tot.queue_int / lengths / PACKET_BYTES).tolist(),
         "utilization_series": (tot.served / np.maximum(tot.cap_bytes, 1e-30)).tolist(),
     }
     for fl in flows:

@@ -1,0 +1,77 @@
+"""The figure of ``ccjax validate --plot``: one scenario in ns-3 and in ccjax, over time.
+
+The validation compares 30-second means; where they disagree, the figure shows when the two
+simulators part: each flow's throughput, each flow's share of the bytes delivered so far (the
+running value of the share that Jain's index and the RTT-unfairness check read at the end), and
+the bottleneck queue, all as seed means (ns-3's seeds solid, ccjax's dashed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ccjax.plot.common import STYLE, pyplot, save
+
+
+def _times(series: Any) -> np.ndarray:
+    return (np.arange(series.queue_pkts.shape[0]) + 1) * series.interval_s
+
+
+def running_shares(thr_mbps: np.ndarray) -> np.ndarray:
+    """Each flow's share of everything delivered from the start to the end of each interval,
+    ``(flows, intervals)``; 0 before anything was delivered."""
+    cum = np.cumsum(np.asarray(thr_mbps, float), axis=1)
+    tot = cum.sum(axis=0)
+    return np.divide(cum, tot, out=np.zeros_like(cum), where=tot > 0)
+
+
+def plot_validation(comparison: Any, path: str | Path, ns3_seeds: Any = None,
+                    ccjax_seeds: int | None = None) -> Path:
+    """Draw ``comparison`` (a ``validation.Comparison`` whose two sides carry their seed-mean
+    ``RunSeries``) to ``path`` (PNG, PDF or SVG by the suffix)."""
+    a, b = comparison.ns3.series, comparison.ccjax.series
+    if a is None or b is None:
+        raise ValueError("plot_validation needs both sides' time series (Measured.series)")
+    sc = comparison.scenario
+    plt = pyplot()
+    with plt.rc_context(STYLE):
+        multi = sc.flows > 1
+        rows = 3 if multi else 2
+        fig, axes = plt.subplots(rows, 1, figsize=(7, 2.2 * rows + 0.4), sharex=True)
+        colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        ta, tb = _times(a), _times(b)
+        for f in range(sc.flows):
+            c = colors[f % len(colors)]
+            axes[0].plot(ta, a.throughput_mbps[f], color=c, lw=1.1,
+                         label=f"flow {f} ({sc.rtt_ms[f]:g} ms)")
+            axes[0].plot(tb, b.throughput_mbps[f], color=c, lw=1.1, ls="--")
+        axes[0].axhline(sc.bw_mbps, color="gray", lw=0.7, ls=":")
+        axes[0].set_ylabel("throughput (Mbps)")
+        if multi:
+            sa, sb = running_shares(a.throughput_mbps), running_shares(b.throughput_mbps)
+            for f in range(sc.flows):
+                c = colors[f % len(colors)]
+                axes[1].plot(ta, sa[f], color=c, lw=1.1)
+                axes[1].plot(tb, sb[f], color=c, lw=1.1, ls="--")
+            axes[1].set_ylabel("share since start")
+            axes[1].set_ylim(0, 1)
+        axes[-1].plot(ta, a.queue_pkts, color="k", lw=1.1, label="ns-3")
+        axes[-1].plot(tb, b.queue_pkts, color="k", lw=1.1, ls="--", label="ccjax")
+        axes[-1].axhline(sc.buffer_pkts, color="gray", lw=0.7, ls=":")
+        axes[-1].set_ylabel("queue (packets)")
+        axes[-1].set_xlabel("time (s)")
+        axes[-1].set_xlim(0, sc.duration_s)
+        axes[0].legend(loc="upper right", ncol=min(sc.flows, 4))
+        axes[-1].legend(loc="upper right", ncol=2)
+        ns3_txt = "ns-3" if ns3_seeds is None else \
+            f"ns-3 seeds {','.join(str(s) for s in ns3_seeds)}"
+        cc_txt = "ccjax" if ccjax_seeds is None else f"ccjax {ccjax_seeds} seeds"
+        verdict = "within every tolerance" if comparison.ok else \
+            "outside: " + ", ".join(comparison.how_far())
+        axes[0].set_title(f"{sc.name}\n{ns3_txt} (solid) and {cc_txt} (dashed), seed means; "
+                          f"{verdict}", fontsize=9)
+        fig.tight_layout()
+        return save(fig, path)
