@@ -238,31 +238,51 @@ CI_AGREEING = (
 # running both sides
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RunSeries:
-    """A run's time series, one value per ``interval_s`` from the start (the last interval may
-    be shorter): each flow's throughput (IP bytes that crossed the bottleneck) and the
-    bottleneck queue averaged over the interval, in packets. Both simulators report them so
-    (ns-3's dumbbell ``throughput_series_mbps`` and ``queue_series_pkts``, ccjax's
-    ``throughput_series_mbps`` and ``queue_mean_series_pkts``)."""
+    """A run's time series, one value per ``interval_s`` from the start, the last interval
+    ending at ``duration_s`` (so it may be shorter): each flow's throughput (IP bytes that
+    crossed the bottleneck) and the bottleneck queue averaged over the interval, in packets.
+    Both simulators report them so: ns-3's dumbbell as ``throughput_series_mbps`` and
+    ``queue_series_pkts``, ccjax as ``throughput_series_mbps`` and ``queue_mean_series_pkts``
+    (its ``queue_series_pkts`` is the queue at each interval's end, another quantity)."""
 
     interval_s: float
+    duration_s: float
     throughput_mbps: np.ndarray  # (flows, intervals)
     queue_pkts: np.ndarray  # (intervals,)
 
+    @property
+    def ends_s(self) -> np.ndarray:
+        """Each interval's end, s."""
+        k = np.arange(1, self.queue_pkts.shape[0] + 1)
+        return np.minimum(k * self.interval_s, self.duration_s)
+
+    @property
+    def lengths_s(self) -> np.ndarray:
+        """Each interval's length, s (the last one may be shorter)."""
+        return np.diff(self.ends_s, prepend=0.0)
+
     @staticmethod
     def from_summary(s: dict, flows: int) -> RunSeries | None:
-        """The series of a run summary of either simulator, or None where it has none."""
-        link = s.get("link", {})
-        queue = link.get("queue_mean_series_pkts", link.get("queue_series_pkts"))
-        dt = s.get("sim", {}).get("series_interval_s", s.get("config", {}).get("interval_s"))
+        """The series of a run summary of either simulator (ns-3's names itself in
+        ``sim.simulator``), or None where it has none."""
+        link, sim = s.get("link", {}), s.get("sim", {})
+        if str(sim.get("simulator", "")).startswith("ns-3"):
+            queue = link.get("queue_series_pkts")
+            dt, dur = s.get("config", {}).get("interval_s"), s.get("config", {}).get("duration_s")
+        else:
+            queue = link.get("queue_mean_series_pkts")
+            dt = sim.get("series_interval_s")
+            dur = sim["ticks"] * sim["tick_s"] if "ticks" in sim and "tick_s" in sim else None
         try:
             thr = np.asarray([f["throughput_series_mbps"] for f in s["flows"][:flows]], float)
         except (KeyError, TypeError):
             return None
-        if queue is None or dt is None or thr.ndim != 2 or thr.shape[1] != len(queue):
+        if (queue is None or dt is None or dur is None or thr.ndim != 2
+                or thr.shape[1] != len(queue)):
             return None
-        return RunSeries(float(dt), thr, np.asarray(queue, float))
+        return RunSeries(float(dt), float(dur), thr, np.asarray(queue, float))
 
     @staticmethod
     def mean(runs: Sequence[RunSeries | None]) -> RunSeries | None:
@@ -270,10 +290,11 @@ class RunSeries:
         if not runs or any(r is None for r in runs):
             return None
         first = runs[0]
-        if any(r.interval_s != first.interval_s or r.throughput_mbps.shape
-               != first.throughput_mbps.shape for r in runs):
+        if any((r.interval_s, r.duration_s, r.throughput_mbps.shape)
+               != (first.interval_s, first.duration_s, first.throughput_mbps.shape)
+               for r in runs):
             return None
-        return RunSeries(first.interval_s,
+        return RunSeries(first.interval_s, first.duration_s,
                          np.mean([r.throughput_mbps for r in runs], axis=0),
                          np.mean([r.queue_pkts for r in runs], axis=0))
 

@@ -281,11 +281,12 @@ def test_validate_invalid_input_is_one_line_before_anything_runs(capsys, monkeyp
 def _series(thr: list[list[float]], queue: list[float]):
     from ccjax import validation as v
 
-    return v.RunSeries(0.1, np.asarray(thr, float), np.asarray(queue, float))
+    return v.RunSeries(0.1, 0.25, np.asarray(thr, float), np.asarray(queue, float))
 
 
 def test_validate_plot_draws_both_simulators_after_the_verdict(capsys, monkeypatch, tmp_path):
     from ccjax import validation as v
+    from ccjax.plot import validation as pv
 
     ref = v.Measured(0.95, 10.0, 0.010, [5.0, 4.0],
                      series=_series([[6, 5, 4], [3, 4, 5]], [10, 20, 30]))
@@ -294,12 +295,33 @@ def test_validate_plot_draws_both_simulators_after_the_verdict(capsys, monkeypat
                      series=_series([[7, 6, 5], [2, 3, 4]], [12, 22, 28]))
     monkeypatch.setattr(v, "run_ns3", lambda sc, seeds, workers: [(ref, spread)])
     monkeypatch.setattr(v, "run_ccjax", lambda sc, model, seeds: [got])
+    figs = []
+    real_save = pv.save
+
+    def keep(fig, path):
+        figs.append([[(ln.get_xdata(), ln.get_ydata(), ln.get_linestyle()) for ln in ax.lines]
+                     for ax in fig.axes])
+        return real_save(fig, path)
+
+    monkeypatch.setattr(pv, "save", keep)
     out_png = tmp_path / "figs" / "v.png"
     code, out, _ = _run(capsys, "validate", "--flows", "2", "--rtt-ms", "20,80",
                         "--plot", str(out_png))
     assert code == 0
     assert out.index("within every tolerance") < out.index(f"plot written to {out_png}")
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    thr, share, queue = figs[0]
+    # per flow: ns-3 solid, then ccjax dashed, at the intervals' ends (the last one shorter)
+    for f, side in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        x, y, style = thr[2 * f + side]
+        want = (ref if side == 0 else got).series.throughput_mbps[f]
+        np.testing.assert_allclose(x, [0.1, 0.2, 0.25])
+        np.testing.assert_allclose(y, want)
+        assert style == ("-" if side == 0 else "--")
+    np.testing.assert_allclose(share[0][1][-1], (0.6 + 0.5 + 0.2) / (0.9 + 0.9 + 0.45))
+    np.testing.assert_allclose(share[1][1][-1], (0.7 + 0.6 + 0.25) / (0.9 + 0.9 + 0.45))
+    np.testing.assert_allclose(queue[0][1], [10, 20, 30])
+    np.testing.assert_allclose(queue[1][1], [12, 22, 28])
     # --json keeps stdout one JSON object
     code, out, _ = _run(capsys, "validate", "--flows", "2", "--rtt-ms", "20,80", "--json",
                         "--plot", str(tmp_path / "v.pdf"))

@@ -279,17 +279,22 @@ def test_validate_script_reads_the_self_check_seeds():
 
 def test_run_series_are_read_from_either_simulators_summary_and_averaged():
     """ns-3's dumbbell reports its queue averaged over each interval as ``queue_series_pkts``
-    and its interval in ``config``; ccjax's summary the same as ``queue_mean_series_pkts`` (its
-    ``queue_series_pkts`` is the queue at the interval's end) and its interval in ``sim``."""
+    and its interval and duration in ``config``; ccjax's summary the same queue as
+    ``queue_mean_series_pkts`` (its ``queue_series_pkts`` is the queue at the interval's end,
+    never taken for the mean) and its interval and ticks in ``sim``."""
     ns3 = {"flows": [{"throughput_series_mbps": [1.0, 2.0]},
                      {"throughput_series_mbps": [3.0, 4.0]}],
-           "link": {"queue_series_pkts": [5.0, 6.0]}, "config": {"interval_s": 0.1}}
+           "link": {"queue_series_pkts": [5.0, 6.0]},
+           "config": {"interval_s": 0.1, "duration_s": 0.15}, "sim": {"simulator": "ns-3.37"}}
     cc = {"flows": [{"throughput_series_mbps": [2.0, 2.0]},
                     {"throughput_series_mbps": [4.0, 4.0]}],
           "link": {"queue_series_pkts": [50.0, 60.0], "queue_mean_series_pkts": [7.0, 8.0]},
-          "sim": {"series_interval_s": 0.1}}
+          "sim": {"series_interval_s": 0.1, "ticks": 150, "tick_s": 1e-3}}
     a, b = v.RunSeries.from_summary(ns3, 2), v.RunSeries.from_summary(cc, 2)
     assert a.interval_s == b.interval_s == 0.1
+    assert a.duration_s == pytest.approx(0.15) and b.duration_s == pytest.approx(0.15)
+    np.testing.assert_allclose(a.ends_s, [0.1, 0.15])
+    np.testing.assert_allclose(a.lengths_s, [0.1, 0.05])
     np.testing.assert_allclose(a.throughput_mbps, [[1, 2], [3, 4]])
     np.testing.assert_allclose(a.queue_pkts, [5, 6])
     np.testing.assert_allclose(b.queue_pkts, [7, 8])
@@ -298,16 +303,33 @@ def test_run_series_are_read_from_either_simulators_summary_and_averaged():
     np.testing.assert_allclose(m.queue_pkts, [6, 7])
     # a run without series, or series of another length, leave the average without any
     assert v.RunSeries.mean([a, None]) is None
-    short = v.RunSeries(0.1, a.throughput_mbps[:, :1], a.queue_pkts[:1])
+    short = v.RunSeries(0.1, 0.1, a.throughput_mbps[:, :1], a.queue_pkts[:1])
     assert v.RunSeries.mean([a, short]) is None
     assert v.RunSeries.from_summary({"flows": [{}], "link": {}}, 1) is None
+    # a ccjax summary with only the end-of-interval queue has no mean queue series
+    del cc["link"]["queue_mean_series_pkts"]
+    assert v.RunSeries.from_summary(cc, 2) is None
+
+
+def test_ccjax_runs_carry_their_series():
+    """``run_ccjax`` gives each scenario's seed mean with its series: 0.1 s intervals over the
+    run, whose throughput averages (weighted by the intervals, the last one shorter) to the
+    run's throughput."""
+    sc = v.Scenario("newreno", 2, 10.0, (20.0, 40.0), 1.0, 0.0, 2.05)
+    m, = v.run_ccjax([sc], seeds=(1, 2))
+    s = m.series
+    assert s is not None and s.throughput_mbps.shape == (2, 21)
+    np.testing.assert_allclose(s.lengths_s[-1], 0.05, atol=1e-9)
+    np.testing.assert_allclose((s.throughput_mbps * s.lengths_s).sum(1) / sc.duration_s,
+                               m.throughput_mbps, rtol=1e-3)
+    assert s.queue_pkts.max() > 1
 
 
 def test_series_stay_out_of_a_reports_json(tmp_path):
     """The report's JSON keeps the figures it always had; the series (a few hundred numbers
     per flow and run) are for the plot only, and records read back as before."""
     a = v.ci_matrix(30.0)[0]
-    s = v.RunSeries(0.1, np.ones((1, 3)), np.zeros(3))
+    s = v.RunSeries(0.1, 0.3, np.ones((1, 3)), np.zeros(3))
     runs = [v.Measured(0.90, 12.0, 0.004, [4.5], 1.0, series=s),
             v.Measured(0.92, 12.5, 0.005, [4.7], 1.0, series=s)]
     ref, sp = v.average(runs)
@@ -329,6 +351,9 @@ def test_running_shares_end_at_the_runs_shares():
     np.testing.assert_allclose(sh[:, 0], [0.0, 0.0])  # nothing delivered yet
     np.testing.assert_allclose(sh[:, 1], [0.75, 0.25])
     np.testing.assert_allclose(sh[:, -1], thr.sum(1) / thr.sum())
+    # a shorter last interval weighs by its length: rates are per second
+    sh = running_shares(thr, np.asarray([0.1, 0.1, 0.1, 0.05]))
+    np.testing.assert_allclose(sh[:, -1], [1.3 / 2.0, 0.7 / 2.0])
 
 
 def _little_queue(m: v.Measured, sc: v.Scenario) -> float:

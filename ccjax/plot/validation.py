@@ -1,34 +1,40 @@
 """The figure of ``ccjax validate --plot``: one scenario in ns-3 and in ccjax, over time.
 
 The validation compares 30-second means; where they disagree, the figure shows when the two
-simulators part: each flow's throughput, each flow's share of the bytes delivered so far (the
-running value of the share that Jain's index and the RTT-unfairness check read at the end), and
-the bottleneck queue, all as seed means (ns-3's seeds solid, ccjax's dashed).
+simulators part: each flow's throughput, each flow's share of the bytes delivered so far, and
+the bottleneck queue, all as seed means (ns-3's seeds solid, ccjax's dashed). The share panel
+ends at the shares of the seed-mean throughputs, which the RTT-unfairness check and the printed
+``shares`` read; Jain's index is each run's own, averaged over the seeds (``Measured.jain``), so
+seeds that favour different flows can end the panel near an even split while each run is unfair.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ccjax.plot.common import STYLE, pyplot, save
 
+if TYPE_CHECKING:
+    from ccjax.validation import Comparison
 
-def _times(series: Any) -> np.ndarray:
-    return (np.arange(series.queue_pkts.shape[0]) + 1) * series.interval_s
 
-
-def running_shares(thr_mbps: np.ndarray) -> np.ndarray:
+def running_shares(thr_mbps: np.ndarray, lengths_s: np.ndarray | None = None) -> np.ndarray:
     """Each flow's share of everything delivered from the start to the end of each interval,
-    ``(flows, intervals)``; 0 before anything was delivered."""
-    cum = np.cumsum(np.asarray(thr_mbps, float), axis=1)
+    ``(flows, intervals)``, from per-interval rates weighted by the intervals' lengths
+    (``None``: all equal); 0 before anything was delivered."""
+    thr = np.asarray(thr_mbps, float)
+    w = np.ones(thr.shape[1]) if lengths_s is None else np.asarray(lengths_s, float)
+    cum = np.cumsum(thr * w, axis=1)
     tot = cum.sum(axis=0)
     return np.divide(cum, tot, out=np.zeros_like(cum), where=tot > 0)
 
 
-def plot_validation(comparison: Any, path: str | Path, ns3_seeds: Any = None,
+def plot_validation(comparison: Comparison, path: str | Path,
+                    ns3_seeds: Sequence[int] | None = None,
                     ccjax_seeds: int | None = None) -> Path:
     """Draw ``comparison`` (a ``validation.Comparison`` whose two sides carry their seed-mean
     ``RunSeries``) to ``path`` (PNG, PDF or SVG by the suffix)."""
@@ -42,7 +48,7 @@ def plot_validation(comparison: Any, path: str | Path, ns3_seeds: Any = None,
         rows = 3 if multi else 2
         fig, axes = plt.subplots(rows, 1, figsize=(7, 2.2 * rows + 0.4), sharex=True)
         colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-        ta, tb = _times(a), _times(b)
+        ta, tb = a.ends_s, b.ends_s
         for f in range(sc.flows):
             c = colors[f % len(colors)]
             axes[0].plot(ta, a.throughput_mbps[f], color=c, lw=1.1,
@@ -51,7 +57,8 @@ def plot_validation(comparison: Any, path: str | Path, ns3_seeds: Any = None,
         axes[0].axhline(sc.bw_mbps, color="gray", lw=0.7, ls=":")
         axes[0].set_ylabel("throughput (Mbps)")
         if multi:
-            sa, sb = running_shares(a.throughput_mbps), running_shares(b.throughput_mbps)
+            sa = running_shares(a.throughput_mbps, a.lengths_s)
+            sb = running_shares(b.throughput_mbps, b.lengths_s)
             for f in range(sc.flows):
                 c = colors[f % len(colors)]
                 axes[1].plot(ta, sa[f], color=c, lw=1.1)
