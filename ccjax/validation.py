@@ -251,6 +251,14 @@ class RunSeries:
     duration_s: float
     throughput_mbps: np.ndarray  # (flows, intervals)
     queue_pkts: np.ndarray  # (intervals,)
+    #: (intervals,) Jain's index of the bytes each flow delivered from the start to each
+    #: interval's end (``running_jain``); of a seed mean, the mean of the runs' indices, so it
+    #: ends at the seed average's ``Measured.jain`` where the flows run the whole time
+    jain: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.jain is None:
+            object.__setattr__(self, "jain", running_jain(self.throughput_mbps, self.lengths_s))
 
     @property
     def ends_s(self) -> np.ndarray:
@@ -296,7 +304,18 @@ class RunSeries:
             return None
         return RunSeries(first.interval_s, first.duration_s,
                          np.mean([r.throughput_mbps for r in runs], axis=0),
-                         np.mean([r.queue_pkts for r in runs], axis=0))
+                         np.mean([r.queue_pkts for r in runs], axis=0),
+                         np.mean([r.jain for r in runs], axis=0))
+
+
+def running_jain(thr_mbps: np.ndarray, lengths_s: np.ndarray) -> np.ndarray:
+    """Jain's index (Jain, Chiu & Hawe 1984) of the bytes each flow delivered from the start to
+    the end of each interval, from per-interval rates ``(flows, intervals)`` and the intervals'
+    lengths; 1 before anything was delivered (nothing is unfair yet)."""
+    cum = np.cumsum(np.asarray(thr_mbps, float) * np.asarray(lengths_s, float), axis=1)
+    num = cum.sum(axis=0) ** 2
+    den = cum.shape[0] * (cum * cum).sum(axis=0)
+    return np.divide(num, den, out=np.ones_like(num), where=den > 0)
 
 
 @dataclass
@@ -827,8 +846,8 @@ def summary_counts(rows: Sequence[Comparison]) -> dict[str, float]:
 
 
 __all__ = [
-    "Scenario", "Measured", "RunSeries", "Spread", "average", "Comparison", "full_matrix",
-    "ci_matrix",
+    "Scenario", "Measured", "RunSeries", "running_jain", "Spread", "average", "Comparison",
+    "full_matrix", "ci_matrix",
     "run_ccjax", "run_ns3", "run_ns3_seeds", "ns3_against_itself", "ns3_runs_as_records",
     "ns3_runs_from_records", "NS3_WINDOW_SENDER", "ns3_equivalent_params", "compare",
     "validate", "markdown_table", "as_records",

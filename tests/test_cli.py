@@ -310,7 +310,7 @@ def test_validate_plot_draws_both_simulators_after_the_verdict(capsys, monkeypat
     assert code == 0
     assert out.index("within every tolerance") < out.index(f"plot written to {out_png}")
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    thr, share, queue = figs[0]
+    thr, share, jain, queue = figs[0]
     # per flow: ns-3 solid, then ccjax dashed, at the intervals' ends (the last one shorter)
     for f, side in ((0, 0), (0, 1), (1, 0), (1, 1)):
         x, y, style = thr[2 * f + side]
@@ -320,6 +320,10 @@ def test_validate_plot_draws_both_simulators_after_the_verdict(capsys, monkeypat
         assert style == ("-" if side == 0 else "--")
     np.testing.assert_allclose(share[0][1][-1], (0.6 + 0.5 + 0.2) / (0.9 + 0.9 + 0.45))
     np.testing.assert_allclose(share[1][1][-1], (0.7 + 0.6 + 0.25) / (0.9 + 0.9 + 0.45))
+    np.testing.assert_allclose(jain[0][1], ref.series.jain)
+    np.testing.assert_allclose(jain[1][1], got.series.jain)
+    assert jain[0][1][-1] == pytest.approx(
+        (1.3 + 0.95) ** 2 / (2 * (1.3 ** 2 + 0.95 ** 2)))
     np.testing.assert_allclose(queue[0][1], [10, 20, 30])
     np.testing.assert_allclose(queue[1][1], [12, 22, 28])
     # --json keeps stdout one JSON object

@@ -323,6 +323,8 @@ def test_ccjax_runs_carry_their_series():
     np.testing.assert_allclose((s.throughput_mbps * s.lengths_s).sum(1) / sc.duration_s,
                                m.throughput_mbps, rtol=1e-3)
     assert s.queue_pkts.max() > 1
+    # the running Jain index ends at the Jain check's: each run's index, averaged
+    assert s.jain[-1] == pytest.approx(m.jain, abs=1e-6)
 
 
 def test_series_stay_out_of_a_reports_json(tmp_path):
@@ -341,6 +343,21 @@ def test_series_stay_out_of_a_reports_json(tmp_path):
     path.write_text(text)
     (got, _), = v.ns3_from_records([a], path)
     assert got == ref and got.series is None
+
+
+def test_running_jain_is_each_runs_index_so_far_and_a_seed_mean_averages_them():
+    lengths = np.asarray([0.1, 0.1, 0.05])
+    run_a = np.asarray([[0.0, 8.0, 8.0], [0.0, 2.0, 2.0]])  # flow 0 ahead
+    run_b = run_a[::-1]  # flow 1 ahead, as unfair
+    ja = v.running_jain(run_a, lengths)
+    assert ja[0] == 1.0  # nothing delivered: nothing unfair yet
+    assert ja[-1] == pytest.approx(10.0 ** 2 / (2 * (8.0 ** 2 + 2.0 ** 2)))
+    m = v.RunSeries.mean([v.RunSeries(0.1, 0.25, run_a, np.zeros(3)),
+                          v.RunSeries(0.1, 0.25, run_b, np.zeros(3))])
+    # the mean shares are even, yet each run is unfair, and the mean index says so
+    np.testing.assert_allclose(m.throughput_mbps[0], m.throughput_mbps[1])
+    np.testing.assert_allclose(m.jain, ja)
+    assert m.jain[-1] < 0.8
 
 
 def test_running_shares_end_at_the_runs_shares():
@@ -365,11 +382,12 @@ def _little_queue(m: v.Measured, sc: v.Scenario) -> float:
 def test_both_simulators_series_agree_with_their_run_means(ccjax_full, ns3_live):
     """The series ``ccjax validate --plot`` draws are those the verdict's means come from, in
     both simulators: each flow's throughput series averages to its throughput (the flows run the
-    whole 30 s), and the queue series to what Little's law gives from the utilization and the
-    mean queueing delay. ns-3 meets the law within 2 % or 0.1 packet (measured: at most 0.7 %);
-    ccjax within 10 % or one tick's packets at the link's rate, since its queue is sampled at
-    each tick's end and its delay counts a packet group until its last byte leaves (measured on
-    ``ci_matrix``: at most 1.7 packets at 50 Mbps, where a 1 ms tick carries 4.2)."""
+    whole 30 s), the running Jain index ends at the run's, and the queue series averages to
+    what Little's law gives from the utilization and the mean queueing delay. ns-3 meets the
+    law within 2 % or 0.1 packet (measured: at most 0.7 %); ccjax within 10 % or one tick's
+    packets at the link's rate, since its queue is sampled at each tick's end and its delay
+    counts a packet group until its last byte leaves (measured on ``ci_matrix``: at most 1.7
+    packets at 50 Mbps, where a 1 ms tick carries 4.2)."""
     scenarios, live = ns3_live
     for sc, one in zip(scenarios, live, strict=True):
         tick_pkts = sc.bw_mbps * 1e6 * 1e-3 / (8 * 1500)
@@ -378,6 +396,7 @@ def test_both_simulators_series_agree_with_their_run_means(ccjax_full, ns3_live)
             assert m.series.throughput_mbps.shape == (sc.flows, 300), sc.name
             np.testing.assert_allclose(m.series.throughput_mbps.mean(axis=1), m.throughput_mbps,
                                        rtol=2e-3, atol=1e-3, err_msg=sc.name)
+            assert m.series.jain[-1] == pytest.approx(m.jain, abs=2e-3), sc.name
             want = _little_queue(m, sc)
             assert abs(m.series.queue_pkts.mean() - want) <= max(rel * want, floor), \
                 (sc.name, m.series.queue_pkts.mean(), want)

@@ -1,11 +1,13 @@
 """The figure of ``ccjax validate --plot``: one scenario in ns-3 and in ccjax, over time.
 
 The validation compares 30-second means; where they disagree, the figure shows when the two
-simulators part: each flow's throughput, each flow's share of the bytes delivered so far, and
-the bottleneck queue, all as seed means (ns-3's seeds solid, ccjax's dashed). The share panel
-ends at the shares of the seed-mean throughputs, which the RTT-unfairness check and the printed
-``shares`` read; Jain's index is each run's own, averaged over the seeds (``Measured.jain``), so
-seeds that favour different flows can end the panel near an even split while each run is unfair.
+simulators part: each flow's throughput, each flow's share of the bytes delivered so far,
+Jain's index of the bytes delivered so far, and the bottleneck queue, all as seed means (ns-3's
+seeds solid, ccjax's dashed). The share panel ends at the shares of the seed-mean throughputs,
+which the RTT-unfairness check and the printed ``shares`` read; seeds that favour different
+flows even those out. The Jain panel is each run's own index, averaged over the seeds
+(``RunSeries.jain``), so it ends where the Jain check reads (``Measured.jain``) and shows a run's
+unfairness that the mean shares hide.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def plot_validation(comparison: Comparison, path: str | Path,
     plt = pyplot()
     with plt.rc_context(STYLE):
         multi = sc.flows > 1
-        rows = 3 if multi else 2
+        rows = 4 if multi else 2
         fig, axes = plt.subplots(rows, 1, figsize=(7, 2.2 * rows + 0.4), sharex=True)
         colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         ta, tb = a.ends_s, b.ends_s
@@ -65,6 +67,11 @@ def plot_validation(comparison: Comparison, path: str | Path,
                 axes[1].plot(tb, sb[f], color=c, lw=1.1, ls="--")
             axes[1].set_ylabel("share since start")
             axes[1].set_ylim(0, 1)
+            axes[2].plot(ta, a.jain, color="k", lw=1.1)
+            axes[2].plot(tb, b.jain, color="k", lw=1.1, ls="--")
+            axes[2].set_ylabel("Jain since start")
+            axes[2].set_ylim(min(0.5, float(np.nanmin(a.jain)), float(np.nanmin(b.jain))) - 0.02,
+                             1.01)
         axes[-1].plot(ta, a.queue_pkts, color="k", lw=1.1, label="ns-3")
         axes[-1].plot(tb, b.queue_pkts, color="k", lw=1.1, ls="--", label="ccjax")
         axes[-1].axhline(sc.buffer_pkts, color="gray", lw=0.7, ls=":")
