@@ -318,6 +318,9 @@ def test_validate_plot_draws_both_simulators_after_the_verdict(capsys, monkeypat
         np.testing.assert_allclose(x, [0.1, 0.2, 0.25])
         np.testing.assert_allclose(y, want)
         assert style == ("-" if side == 0 else "--")
+    # all flows together (the utilization), after the flows' lines
+    np.testing.assert_allclose(thr[4][1], [9, 9, 9])
+    np.testing.assert_allclose(thr[5][1], [9, 9, 9])
     np.testing.assert_allclose(share[0][1][-1], (0.6 + 0.5 + 0.2) / (0.9 + 0.9 + 0.45))
     np.testing.assert_allclose(share[1][1][-1], (0.7 + 0.6 + 0.25) / (0.9 + 0.9 + 0.45))
     np.testing.assert_allclose(jain[0][1], ref.series.jain)

@@ -1,13 +1,13 @@
 """The figure of ``ccjax validate --plot``: one scenario in ns-3 and in ccjax, over time.
 
 The validation compares 30-second means; where they disagree, the figure shows when the two
-simulators part: each flow's throughput, each flow's share of the bytes delivered so far,
-Jain's index of the bytes delivered so far, and the bottleneck queue, all as seed means (ns-3's
-seeds solid, ccjax's dashed). The share panel ends at the shares of the seed-mean throughputs,
-which the RTT-unfairness check and the printed ``shares`` read; seeds that favour different
-flows even those out. The Jain panel is each run's own index, averaged over the seeds
-(``RunSeries.jain``), so it ends where the Jain check reads (``Measured.jain``) and shows a run's
-unfairness that the mean shares hide.
+simulators part: each flow's throughput and all flows' together, each flow's share of the bytes
+delivered so far, Jain's index of the bytes delivered so far, and the bottleneck queue, all as
+seed means (ns-3's seeds solid, ccjax's dashed). The share panel ends at the shares of the
+seed-mean throughputs, which the RTT-unfairness check and the printed ``shares`` read; seeds
+that favour different flows even those out. The Jain panel is each run's own index, averaged
+over the seeds (``RunSeries.jain``), so it ends where the Jain check reads (``Measured.jain``)
+and shows a run's unfairness that the mean shares hide.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ def plot_validation(comparison: Comparison, path: str | Path,
             axes[0].plot(ta, a.throughput_mbps[f], color=c, lw=1.1,
                          label=f"flow {f} ({sc.rtt_ms[f]:g} ms)")
             axes[0].plot(tb, b.throughput_mbps[f], color=c, lw=1.1, ls="--")
+        if multi:  # the link's utilization, against the capacity line
+            axes[0].plot(ta, a.throughput_mbps.sum(0), color="k", lw=1.1, label="all flows")
+            axes[0].plot(tb, b.throughput_mbps.sum(0), color="k", lw=1.1, ls="--")
         axes[0].axhline(sc.bw_mbps, color="gray", lw=0.7, ls=":")
         axes[0].set_ylabel("throughput (Mbps)")
         if multi:
@@ -78,8 +81,9 @@ def plot_validation(comparison: Comparison, path: str | Path,
         axes[-1].set_ylabel("queue (packets)")
         axes[-1].set_xlabel("time (s)")
         axes[-1].set_xlim(0, sc.duration_s)
-        axes[0].legend(loc="upper right", ncol=min(sc.flows, 4))
-        axes[-1].legend(loc="upper right", ncol=2)
+        # beside the panels, where no line runs (``save`` crops to what is drawn)
+        axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        axes[-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
         ns3_txt = "ns-3" if ns3_seeds is None else \
             f"ns-3 seeds {','.join(str(s) for s in ns3_seeds)}"
         cc_txt = "ccjax" if ccjax_seeds is None else f"ccjax {ccjax_seeds} seeds"
@@ -88,4 +92,4 @@ def plot_validation(comparison: Comparison, path: str | Path,
         axes[0].set_title(f"{sc.name}\n{ns3_txt} (solid) and {cc_txt} (dashed), seed means; "
                           f"{verdict}", fontsize=9)
         fig.tight_layout()
-        return save(fig, path)
+        return save(fig, path)  # cropped to what is drawn, the legends beside the panels
