@@ -4,7 +4,9 @@
     .venv/bin/python scripts/validate_ns3.py --matrix ci     # the test suite's subset
 
 Needs ns-3 (``sh scripts/ns3-deps.sh``). Writes the Markdown report and, next to it, the raw
-numbers as JSON.
+numbers as JSON. ``--plots DIR`` also draws ``ccjax validate --plot``'s figure for every scenario
+outside some tolerance into DIR (ns-3 rerun for those scenarios where its runs were read from
+``--ns3-from``, whose JSON holds no time series).
 """
 
 from __future__ import annotations
@@ -190,7 +192,10 @@ def _how_far_note(rows) -> str:
         f"{len(far)} further: " + (far_txt or "none") + ". Summed over all "
         f"{len(rows)} scenarios, each one's worst check in tolerances (capped at "
         f"{validation.DISTANCE_CAP:g}; `validation.distance`, lower is closer), the packet "
-        f"model's distance from ns-3 is {validation.distance(rows):.1f}.")
+        f"model's distance from ns-3 is {validation.distance(rows):.1f}. Where and when a "
+        f"scenario's two runs part shows in `ccjax validate --plot PATH` (each flow's "
+        f"throughput, its share so far, Jain's index so far and the queue over time, both "
+        f"simulators), and for every miss at once in `scripts/validate_ns3.py --plots DIR`.")
 
 
 def _fluid_note(fluid, rows) -> str:
@@ -245,6 +250,35 @@ def _itself_note(rows, itself, pairs, label: str, n_two: int | None) -> str:
         f"ns-3 itself and {only_ccjax} are ccjax's own.")
 
 
+def plot_misses(scen, rows, ref_runs, out_dir: Path, workers: int, seeds) -> list[Path]:
+    """Draw each scenario outside some tolerance (``rows``) into ``out_dir``, one PNG each.
+    ns-3's runs without series (read from a report's JSON) are rerun with the reference seeds;
+    a rerun must give the stored figures back (ns-3 is deterministic per build and seed), so
+    the figure shows the runs the verdict was made on."""
+    from ccjax import validation
+    from ccjax.plot.validation import plot_validation
+
+    misses = [i for i, r in enumerate(rows) if not r.ok]
+    rerun = [i for i in misses if any(m.series is None for m in ref_runs[i])]
+    fresh = dict(zip(rerun, validation.run_ns3_seeds([scen[i] for i in rerun],
+                                                     validation.NS3_SEEDS, workers=workers),
+                     strict=True))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in misses:
+        runs = fresh.get(i, ref_runs[i])
+        for new, old in zip(runs, ref_runs[i], strict=True):
+            if {**new.record(), "wall_s": 0.0} != {**old.record(), "wall_s": 0.0}:
+                raise SystemExit(f"validate_ns3: ns-3's rerun of {scen[i].name!r} differs from "
+                                 f"the stored run; regenerate without --ns3-from")
+        ref, spread = validation.average(runs)
+        c = validation.compare(scen[i], ref, rows[i].ccjax, spread)
+        slug = scen[i].name.replace(" ", "_").replace("/", "-")
+        paths.append(plot_validation(c, out_dir / f"{slug}.png", validation.NS3_SEEDS,
+                                     len(seeds)))
+    return paths
+
+
 def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     from ccjax.validation import CCJAX_SEEDS  # the default, shared with the test suite
@@ -268,7 +302,13 @@ def main(argv=None) -> int:
                     help="ns-3 seeds (not 1 or 2) whose mean is checked against ns-3's own "
                          "reference runs, as ccjax's is: 'A-B', 'A,B,...' or 'none' (default "
                          "3-10); read from --ns3-from's JSON where it holds them")
+    ap.add_argument("--plots", type=Path, default=None, metavar="DIR",
+                    help="also draw ccjax validate --plot's figure for every scenario outside "
+                         "some tolerance into DIR (reruns ns-3 for those where --ns3-from gave "
+                         "its runs)")
     args = ap.parse_args(argv)
+    if args.plots is not None and args.plots.exists() and not args.plots.is_dir():
+        ap.error(f"--plots {args.plots}: is a file; name a folder (made if missing)")
 
     import jax
 
@@ -534,6 +574,10 @@ def main(argv=None) -> int:
     args.out.write_text("\n".join(parts) + "\n")
     args.out.with_suffix(".json").write_text(json.dumps(raw, indent=1))
     print(f"wrote {args.out} ({counts['all']:.0%} of scenarios within every tolerance)")
+    if args.plots is not None:
+        drawn = plot_misses(scen, rows, ref_runs, args.plots, args.workers, seeds)
+        print(f"drew {len(drawn)} figures of the scenarios outside some tolerance in "
+              f"{args.plots}")
     return 0
 
 

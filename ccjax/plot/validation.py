@@ -54,7 +54,7 @@ def plot_validation(comparison: Comparison, path: str | Path,
         for f in range(sc.flows):
             c = colors[f % len(colors)]
             axes[0].plot(ta, a.throughput_mbps[f], color=c, lw=1.1,
-                         label=f"flow {f} ({sc.rtt_ms[f]:g} ms)")
+                         label=f"flow {f} ({sc.rtt_ms[f]:.3g} ms)")
             axes[0].plot(tb, b.throughput_mbps[f], color=c, lw=1.1, ls="--")
         if multi:  # the link's utilization, against the capacity line
             axes[0].plot(ta, a.throughput_mbps.sum(0), color="k", lw=1.1, label="all flows")
@@ -77,13 +77,16 @@ def plot_validation(comparison: Comparison, path: str | Path,
                              1.01)
         axes[-1].plot(ta, a.queue_pkts, color="k", lw=1.1, label="ns-3")
         axes[-1].plot(tb, b.queue_pkts, color="k", lw=1.1, ls="--", label="ccjax")
-        axes[-1].axhline(sc.buffer_pkts, color="gray", lw=0.7, ls=":")
+        top = max(float(np.max(a.queue_pkts)), float(np.max(b.queue_pkts)))
+        if top >= 0.5 * sc.buffer_pkts:  # the buffer's line, where it does not flatten the queue
+            axes[-1].axhline(sc.buffer_pkts, color="gray", lw=0.7, ls=":")
         axes[-1].set_ylabel("queue (packets)")
         axes[-1].set_xlabel("time (s)")
         axes[-1].set_xlim(0, sc.duration_s)
         # beside the panels, where no line runs (``save`` crops to what is drawn)
         axes[0].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        axes[-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        axes[-1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                        title=f"buffer {sc.buffer_pkts:g} pkts")
         ns3_txt = "ns-3" if ns3_seeds is None else \
             f"ns-3 seeds {','.join(str(s) for s in ns3_seeds)}"
         cc_txt = "ccjax" if ccjax_seeds is None else f"ccjax {ccjax_seeds} seeds"
