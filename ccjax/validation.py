@@ -138,8 +138,10 @@ def scenario_from_flags(cc: str, flows: int, bw_mbps: float, rtt_ms: Sequence[fl
 def _rtts(flows: int, unequal: bool) -> tuple[float, ...]:
     if not unequal or flows == 1:
         return (40.0,) * flows
-    # spread over the issue's 20-100 ms range
-    return tuple(float(x) for x in np.linspace(20.0, 100.0, flows))
+    # spread over the issue's 20-100 ms range, in whole ms: ccjax runs the matrix at 1 ms ticks
+    # and would round 46.67 ms to 47 where ns-3 takes it as given (until 2026-11-27 the
+    # four-flow rows ran ns-3 at 46.67 and 73.33 ms and ccjax at 47 and 73)
+    return tuple(float(round(x)) for x in np.linspace(20.0, 100.0, flows))
 
 
 def full_matrix(duration_s: float = 30.0) -> list[Scenario]:
@@ -207,7 +209,11 @@ def ci_matrix(duration_s: float = 30.0) -> list[Scenario]:
 #: session; a scenario's runs then are those it has alone) "newreno 2f 10Mbps 40/40ms 4BDP
 #: loss0.01", "cubic 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01" and "vegas 2f 10Mbps 20/100ms
 #: 0.25BDP loss0" joined it and "cubic 4f 10Mbps 20/47/73/100ms 4BDP loss0" left it (Jain's index
-#: 1.5 tolerances off: new draws, the same model).
+#: 1.5 tolerances off: new draws, the same model). With ns-3 given the four unequal flows' RTTs
+#: in whole ms as ccjax runs them (47 and 73 ms, not 46.67 and 73.33; 2026-11-27) three
+#: left it: "newreno 4f 10Mbps 20/47/73/100ms 4BDP loss0" and "vegas 4f 50Mbps 20/47/73/100ms
+#: 1BDP loss0" (outside with seeds 1 to 8 against the new ns-3 runs) and "cubic 4f 50Mbps
+#: 20/47/73/100ms 1BDP loss0" (outside with seeds 9 to 16); none joined.
 CI_AGREEING = (
     "newreno 1f 10Mbps 40ms 1BDP loss0",
     "newreno 1f 50Mbps 40ms 0.25BDP loss0.01",
@@ -215,13 +221,11 @@ CI_AGREEING = (
     "newreno 2f 10Mbps 20/100ms 0.25BDP loss0",
     "newreno 2f 50Mbps 40/40ms 1BDP loss0.01",
     "newreno 4f 50Mbps 20/47/73/100ms 1BDP loss0",
-    "newreno 4f 10Mbps 20/47/73/100ms 4BDP loss0",
     "newreno 2f 10Mbps 40/40ms 4BDP loss0.01",
     "cubic 1f 10Mbps 40ms 1BDP loss0",
     "cubic 1f 50Mbps 40ms 4BDP loss0",
     "cubic 2f 50Mbps 40/40ms 1BDP loss0.01",
     "cubic 2f 10Mbps 40/40ms 4BDP loss0.01",
-    "cubic 4f 50Mbps 20/47/73/100ms 1BDP loss0",
     "cubic 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01",
     "vegas 1f 10Mbps 40ms 1BDP loss0",
     "vegas 1f 50Mbps 40ms 0.25BDP loss0.01",
@@ -229,7 +233,6 @@ CI_AGREEING = (
     "vegas 2f 50Mbps 40/40ms 1BDP loss0.01",
     "vegas 2f 10Mbps 40/40ms 4BDP loss0.01",
     "vegas 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01",
-    "vegas 4f 50Mbps 20/47/73/100ms 1BDP loss0",
     "vegas 2f 10Mbps 20/100ms 0.25BDP loss0",
 )
 
@@ -820,22 +823,24 @@ def _stored_runs(scenarios: Sequence[Scenario], path, key: str, seeds: Sequence[
         raise ConfigError(f"--ns3-from {path}: its ns-3 runs are of seeds "
                           f"{rec.get('seeds') if isinstance(rec, dict) else None}, not "
                           f"{list(seeds)}; allowed: a report with the same seeds")
-    missing = [sc.name for sc in scenarios if (sc.name, sc.duration_s) not in runs]
+    missing = [sc.name for sc in scenarios if sc not in runs]
     if missing:
         raise ConfigError(f"--ns3-from {path}: no ns-3 rows for {len(missing)} scenario(s), "
                           f"e.g. {missing[0]!r}; allowed: a report of the same matrix and "
                           f"duration")
-    return [runs[(sc.name, sc.duration_s)] for sc in scenarios]
+    return [runs[sc] for sc in scenarios]
 
 
 def _runs_by_scenario(rec, seeds: Sequence[int]) -> dict | None:
-    """``ns3_runs_as_records``'s record -> {(name, duration): runs}; None for other seeds."""
+    """``ns3_runs_as_records``'s record -> {scenario: runs}; None for other seeds. Keyed by the
+    whole scenario, not its name: a name rounds the RTTs, and runs of other RTTs must not
+    stand in."""
     if not isinstance(rec, dict) or list(rec.get("seeds", [])) != list(seeds):
         return None
     out = {}
     for r in rec.get("rows", []):
         sc = Scenario.from_record(r["scenario"])
-        out[(sc.name, sc.duration_s)] = [Measured(**m) for m in r["runs"]]
+        out[sc] = [Measured(**m) for m in r["runs"]]
     return out
 
 

@@ -400,3 +400,23 @@ def test_both_simulators_series_agree_with_their_run_means(ccjax_full, ns3_live)
             want = _little_queue(m, sc)
             assert abs(m.series.queue_pkts.mean() - want) <= max(rel * want, floor), \
                 (sc.name, m.series.queue_pkts.mean(), want)
+
+
+def test_matrix_rtts_are_whole_ms_and_runs_of_other_rtts_do_not_stand_in(tmp_path):
+    """ccjax runs the matrix at 1 ms ticks, so a scenario's RTTs are whole ms, given to ns-3 as
+    ccjax runs them (the four unequal flows ran ns-3 at 46.67 and 73.33 ms and ccjax at 47 and
+    73 until 2026-11-27). A scenario's name rounds its RTTs, so stored ns-3 runs are matched by
+    the whole scenario: runs of 46.67 ms are not taken for a scenario of 47."""
+    for sc in v.full_matrix(30.0):
+        assert all(r == round(r) for r in sc.rtt_ms), sc
+    new = next(s for s in v.full_matrix(30.0) if s.flows == 4 and len(set(s.rtt_ms)) == 4)
+    assert new.rtt_ms == (20.0, 47.0, 73.0, 100.0)
+    old = v.Scenario(new.cc, 4, new.bw_mbps, (20.0, 140 / 3, 220 / 3, 100.0), new.buffer_bdp,
+                     new.loss, new.duration_s)
+    assert old.name == new.name and old != new
+    runs = [v.Measured(0.9, 12.0, 0.004, [2.0] * 4), v.Measured(0.9, 12.0, 0.004, [2.0] * 4)]
+    path = tmp_path / "validation.json"
+    path.write_text(json.dumps({"ns3_runs": v.ns3_runs_as_records([old], (1, 2), [runs])}))
+    with pytest.raises(ConfigError, match="no ns-3 rows for 1 scenario"):
+        v.ns3_from_records([new], path)
+    assert v.ns3_from_records([old], path)[0][0] == v.average(runs)[0]
