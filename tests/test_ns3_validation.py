@@ -262,13 +262,8 @@ def test_validate_script_reads_the_self_check_seeds():
     """``scripts/validate_ns3.py --ns3-self-seeds``: ranges, lists and 'none'; the reference
     seeds 1 and 2, repeats and junk are refused with the allowed forms named."""
     import argparse
-    import importlib.util
-    from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "validate_ns3.py"
-    spec = importlib.util.spec_from_file_location("validate_ns3", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _validate_script()
     assert mod._parse_seeds("3-10") == tuple(range(3, 11))
     assert mod._parse_seeds("4,7") == (4, 7)
     assert mod._parse_seeds("none") == ()
@@ -420,3 +415,39 @@ def test_matrix_rtts_are_whole_ms_and_runs_of_other_rtts_do_not_stand_in(tmp_pat
     with pytest.raises(ConfigError, match="no ns-3 rows for 1 scenario"):
         v.ns3_from_records([new], path)
     assert v.ns3_from_records([old], path)[0][0] == v.average(runs)[0]
+
+
+def _validate_script():
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "validate_ns3.py"
+    spec = importlib.util.spec_from_file_location("validate_ns3", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_validate_script_draws_the_misses_from_ns3_reruns_held_to_the_stored_runs(tmp_path):
+    """``scripts/validate_ns3.py --plots DIR``: a scenario outside tolerance whose ns-3 runs were
+    read from the report (no series) is rerun in ns-3, the rerun must give the stored figures
+    back, and its figure is drawn; a scenario within every tolerance is not drawn."""
+    mod = _validate_script()
+    sc_miss, sc_ok = v.Scenario("newreno", 1, 10.0, (40.0,), 1.0, 0.0), \
+        v.Scenario("newreno", 1, 10.0, (40.0,), 4.0, 0.0)
+    stored = v.ns3_reference_runs([sc_miss, sc_ok], REPORT_JSON)
+    assert all(m.series is None for rs in stored for m in rs)
+    series = v.RunSeries(0.1, 30.0, np.full((1, 300), 8.0), np.full(300, 5.0))
+    rows = []
+    for sc, rs, util in ((sc_miss, stored[0], 0.5), (sc_ok, stored[1], None)):
+        ref, spread = v.average(rs)
+        got = v.Measured(ref.utilization if util is None else util, ref.mean_queue_delay_ms,
+                         ref.loss_rate, ref.throughput_mbps, series=series)
+        rows.append(v.compare(sc, ref, got, spread))
+    assert not rows[0].ok and rows[1].ok
+    paths = mod.plot_misses([sc_miss, sc_ok], rows, stored, tmp_path / "figs", 2, range(1, 9))
+    assert [p.name for p in paths] == ["newreno_1f_10Mbps_40ms_1BDP_loss0.png"]
+    assert paths[0].read_bytes()[:4] == b"\x89PNG"
+    # a stored run the rerun does not reproduce stops it, naming the scenario
+    bad = [[v.Measured(**{**m.record(), "utilization": 0.1}) for m in stored[0]], stored[1]]
+    with pytest.raises(SystemExit, match="newreno 1f 10Mbps 40ms 1BDP loss0"):
+        mod.plot_misses([sc_miss, sc_ok], rows, bad, tmp_path / "figs2", 2, range(1, 9))
