@@ -359,9 +359,10 @@ def _add_validate(sub) -> None:
     p.add_argument("--workers", type=int, default=2, help="ns-3 processes at a time (default 2)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", default=None, metavar="PATH",
-                   help="also draw each flow's throughput, its share of the bytes delivered so "
-                   "far and the bottleneck queue over time, ns-3's and ccjax's seed means, to "
-                   "PATH (.png, .pdf or .svg; drawn after the verdict is printed)")
+                   help="also draw each flow's throughput (and all flows'), its share of the "
+                   "bytes delivered so far, Jain's index so far and the bottleneck queue over "
+                   "time, ns-3's and ccjax's seed means, to PATH (.png, .pdf or .svg; drawn "
+                   "after the verdict is printed)")
 
 
 def _validate_table(c, tol: dict, args, ns3_wall: float, ccjax_wall: float) -> None:

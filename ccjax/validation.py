@@ -311,14 +311,27 @@ class RunSeries:
                          np.mean([r.jain for r in runs], axis=0))
 
 
+def delivered_so_far(thr_mbps: np.ndarray, lengths_s: np.ndarray) -> np.ndarray:
+    """What each flow delivered from the start to the end of each interval (Mbit), from
+    per-interval rates ``(flows, intervals)`` and the intervals' lengths (s)."""
+    return np.cumsum(np.asarray(thr_mbps, float) * np.asarray(lengths_s, float), axis=1)
+
+
 def running_jain(thr_mbps: np.ndarray, lengths_s: np.ndarray) -> np.ndarray:
-    """Jain's index (Jain, Chiu & Hawe 1984) of the bytes each flow delivered from the start to
-    the end of each interval, from per-interval rates ``(flows, intervals)`` and the intervals'
-    lengths; 1 before anything was delivered (nothing is unfair yet)."""
-    cum = np.cumsum(np.asarray(thr_mbps, float) * np.asarray(lengths_s, float), axis=1)
-    num = cum.sum(axis=0) ** 2
-    den = cum.shape[0] * (cum * cum).sum(axis=0)
-    return np.divide(num, den, out=np.ones_like(num), where=den > 0)
+    """Jain's index (``metrics.jain_index``) of what each flow delivered from the start to the
+    end of each interval; 1 before anything was delivered (nothing is unfair yet)."""
+    from ccjax.metrics import jain_index
+
+    return np.asarray(jain_index(delivered_so_far(thr_mbps, lengths_s), axis=0), float)
+
+
+def same_ns3_run(a: Measured, b: Measured) -> bool:
+    """Two ns-3 runs give the same figures, those the verdicts read (utilization, queueing
+    delay, loss, each flow's throughput), to the last bits a rebuild may move: ns-3 is
+    deterministic for a build and a seed, so a stored run can be held to a rerun."""
+    x = [a.utilization, a.mean_queue_delay_ms, a.loss_rate, *a.throughput_mbps]
+    y = [b.utilization, b.mean_queue_delay_ms, b.loss_rate, *b.throughput_mbps]
+    return len(x) == len(y) and bool(np.allclose(x, y, rtol=1e-6, atol=1e-9))
 
 
 @dataclass
@@ -851,7 +864,8 @@ def summary_counts(rows: Sequence[Comparison]) -> dict[str, float]:
 
 
 __all__ = [
-    "Scenario", "Measured", "RunSeries", "running_jain", "Spread", "average", "Comparison",
+    "Scenario", "Measured", "RunSeries", "delivered_so_far", "running_jain", "same_ns3_run",
+    "Spread", "average", "Comparison",
     "full_matrix", "ci_matrix",
     "run_ccjax", "run_ns3", "run_ns3_seeds", "ns3_against_itself", "ns3_runs_as_records",
     "ns3_runs_from_records", "NS3_WINDOW_SENDER", "ns3_equivalent_params", "compare",

@@ -250,18 +250,6 @@ def _itself_note(rows, itself, pairs, label: str, n_two: int | None) -> str:
         f"ns-3 itself and {only_ccjax} are ccjax's own.")
 
 
-def _same_run(a, b) -> bool:
-    """Two ns-3 runs' figures agree (to the tolerance the test suite holds stored runs to
-    today's dumbbell with: a rebuild may move the last bits); wall time aside."""
-    import numpy as np
-
-    ra, rb = a.record(), b.record()
-    keys = [k for k in ra if k != "wall_s"]
-    return all(np.allclose(np.asarray(ra[k], float), np.asarray(rb[k], float), rtol=1e-6,
-                           atol=1e-9) if ra[k] is not None and rb[k] is not None
-               else ra[k] == rb[k] for k in keys)
-
-
 def plot_misses(scen, rows, ref_runs, out_dir: Path, workers: int, seeds) -> list[Path]:
     """Draw each scenario outside some tolerance (``rows``) into ``out_dir``, one PNG each.
     ns-3's runs without series (read from a report's JSON) are rerun with the reference seeds;
@@ -280,7 +268,7 @@ def plot_misses(scen, rows, ref_runs, out_dir: Path, workers: int, seeds) -> lis
     for i in misses:
         runs = fresh.get(i, ref_runs[i])
         for new, old in zip(runs, ref_runs[i], strict=True):
-            if not _same_run(new, old):
+            if not validation.same_ns3_run(new, old):
                 raise SystemExit(f"validate_ns3: ns-3's rerun of {scen[i].name!r} differs from "
                                  f"the stored run; regenerate without --ns3-from")
         ref, spread = validation.average(runs)

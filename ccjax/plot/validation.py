@@ -28,9 +28,10 @@ def running_shares(thr_mbps: np.ndarray, lengths_s: np.ndarray | None = None) ->
     """Each flow's share of everything delivered from the start to the end of each interval,
     ``(flows, intervals)``, from per-interval rates weighted by the intervals' lengths
     (``None``: all equal); 0 before anything was delivered."""
+    from ccjax.validation import delivered_so_far
+
     thr = np.asarray(thr_mbps, float)
-    w = np.ones(thr.shape[1]) if lengths_s is None else np.asarray(lengths_s, float)
-    cum = np.cumsum(thr * w, axis=1)
+    cum = delivered_so_far(thr, np.ones(thr.shape[1]) if lengths_s is None else lengths_s)
     tot = cum.sum(axis=0)
     return np.divide(cum, tot, out=np.zeros_like(cum), where=tot > 0)
 
