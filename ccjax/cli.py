@@ -169,7 +169,8 @@ def _add_simulate(sub) -> None:
                    help="length of the summary's time-series slots (default 0.1 s, or the whole "
                    "run if shorter; at most the run's duration)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--plot", help="write throughput/RTT/queue plot (.png or .pdf)")
+    p.add_argument("--plot", help="write a plot of each flow's throughput, RTT and window "
+                   "and the queue over time (.png or .pdf)")
 
 
 #: the flags that build an explicit dumbbell; a scenario brings its own links
@@ -359,8 +360,9 @@ def _add_validate(sub) -> None:
     p.add_argument("--workers", type=int, default=2, help="ns-3 processes at a time (default 2)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", default=None, metavar="PATH",
-                   help="also draw each flow's throughput (and all flows'), its share of the "
-                   "bytes delivered so far, Jain's index so far and the bottleneck queue over "
+                   help="also draw each flow's throughput (and all flows'), its congestion "
+                   "window, its share of the bytes delivered so far, Jain's index so far and "
+                   "the bottleneck queue over "
                    "time, ns-3's and ccjax's seed means, to PATH (.png, .pdf or .svg; drawn "
                    "after the verdict is printed)")
 

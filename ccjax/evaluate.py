@@ -371,13 +371,14 @@ def _run_cached(cfg: Any, ctl: Controller, timeline: Timeline, links: Any, param
             _RUNNERS.pop(next(iter(_RUNNERS)))
         _RUNNERS[key] = fn
     t0 = time.perf_counter()
-    state, series, qend = fn(links, params, keys)
+    state, series, qend, cwnd = fn(links, params, keys)
     jax.block_until_ready(series)
     wall = time.perf_counter() - t0
     # numpy once, so the per-link summaries below index host arrays
     res = RunResult(cfg=cfg, timeline=timeline, links=jax.tree.map(np.asarray, links),
                     state=state, series=jax.tree.map(np.asarray, series),
-                    queue_end=np.asarray(qend), wall_s=wall, compile_s=compile_s)
+                    queue_end=np.asarray(qend), wall_s=wall, compile_s=compile_s,
+                    cwnd_end=np.asarray(cwnd))
     return res, compile_s
 
 

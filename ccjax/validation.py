@@ -248,7 +248,10 @@ class RunSeries:
     crossed the bottleneck) and the bottleneck queue averaged over the interval, in packets.
     Both simulators report them so: ns-3's dumbbell as ``throughput_series_mbps`` and
     ``queue_series_pkts``, ccjax as ``throughput_series_mbps`` and ``queue_mean_series_pkts``
-    (its ``queue_series_pkts`` is the queue at each interval's end, another quantity)."""
+    (its ``queue_series_pkts`` is the queue at each interval's end, another quantity). Each
+    flow's congestion window at each interval's end, in segments, where both report it
+    (``cwnd_series_pkts``: ns-3's ``CongestionWindow`` over its segment size, ccjax's window over
+    its packet size); NaN before the flow's sender exists (ns-3) or starts (ccjax)."""
 
     interval_s: float
     duration_s: float
@@ -258,6 +261,9 @@ class RunSeries:
     #: interval's end (``running_jain``); of a seed mean, the mean of the runs' indices, so it
     #: ends at the seed average's ``Measured.jain`` where the flows run the whole time
     jain: np.ndarray | None = None
+    #: (flows, intervals) each flow's window at each interval's end, segments; None where the
+    #: summary has none. Of a seed mean, the mean over the runs that have a value there.
+    cwnd_pkts: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.jain is None:
@@ -293,7 +299,14 @@ class RunSeries:
         if (queue is None or dt is None or dur is None or thr.ndim != 2
                 or thr.shape[1] != len(queue)):
             return None
-        return RunSeries(float(dt), float(dur), thr, np.asarray(queue, float))
+        try:
+            cwnd = np.asarray([[np.nan if w is None else w for w in f["cwnd_series_pkts"]]
+                               for f in s["flows"][:flows]], float)
+        except (KeyError, TypeError, ValueError):
+            cwnd = None
+        if cwnd is not None and cwnd.shape != thr.shape:
+            cwnd = None
+        return RunSeries(float(dt), float(dur), thr, np.asarray(queue, float), cwnd_pkts=cwnd)
 
     @staticmethod
     def mean(runs: Sequence[RunSeries | None]) -> RunSeries | None:
@@ -305,10 +318,16 @@ class RunSeries:
                != (first.interval_s, first.duration_s, first.throughput_mbps.shape)
                for r in runs):
             return None
+        cwnd = None
+        if all(r.cwnd_pkts is not None for r in runs):
+            stack = np.array([r.cwnd_pkts for r in runs])
+            seen = np.isfinite(stack).sum(0)
+            cwnd = np.divide(np.nansum(stack, 0), seen, out=np.full(seen.shape, np.nan),
+                             where=seen > 0)
         return RunSeries(first.interval_s, first.duration_s,
                          np.mean([r.throughput_mbps for r in runs], axis=0),
                          np.mean([r.queue_pkts for r in runs], axis=0),
-                         np.mean([r.jain for r in runs], axis=0))
+                         np.mean([r.jain for r in runs], axis=0), cwnd)
 
 
 def delivered_so_far(thr_mbps: np.ndarray, lengths_s: np.ndarray) -> np.ndarray:

@@ -278,10 +278,11 @@ def test_validate_invalid_input_is_one_line_before_anything_runs(capsys, monkeyp
     _one_line_error(code, err, *words)
 
 
-def _series(thr: list[list[float]], queue: list[float]):
+def _series(thr: list[list[float]], queue: list[float], cwnd: list[list[float]] | None = None):
     from ccjax import validation as v
 
-    return v.RunSeries(0.1, 0.25, np.asarray(thr, float), np.asarray(queue, float))
+    return v.RunSeries(0.1, 0.25, np.asarray(thr, float), np.asarray(queue, float),
+                       cwnd_pkts=None if cwnd is None else np.asarray(cwnd, float))
 
 
 def test_validate_plot_draws_both_simulators_after_the_verdict(capsys, monkeypatch, tmp_path):
@@ -334,6 +335,20 @@ def test_validate_plot_draws_both_simulators_after_the_verdict(capsys, monkeypat
                         "--plot", str(tmp_path / "v.pdf"))
     assert code == 0 and json.loads(out)["ok"]
     assert (tmp_path / "v.pdf").read_bytes()[:4] == b"%PDF"
+    # with both sides' windows, a window panel below the throughput's: ns-3's, then ccjax's
+    ref.series = _series([[6, 5, 4], [3, 4, 5]], [10, 20, 30], [[10, 20, 15], [np.nan, 10, 20]])
+    got.series = _series([[7, 6, 5], [2, 3, 4]], [12, 22, 28], [[10, 30, 16], [10, 12, 18]])
+    figs.clear()
+    code, _, _ = _run(capsys, "validate", "--flows", "2", "--rtt-ms", "20,80", "--plot",
+                      str(out_png))
+    assert code == 0 and len(figs[0]) == 5
+    cwnd = figs[0][1]
+    for f, side in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        x, y, style = cwnd[2 * f + side]
+        np.testing.assert_allclose(x, [0.1, 0.2, 0.25])
+        np.testing.assert_allclose(y, (ref if side == 0 else got).series.cwnd_pkts[f])
+        assert style == ("-" if side == 0 else "--")
+    np.testing.assert_allclose(figs[0][2][0][1], share[0][1])  # the share panel follows
 
 
 def test_validate_help_states_the_tolerances(capsys):

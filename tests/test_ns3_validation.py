@@ -305,6 +305,31 @@ def test_run_series_are_read_from_either_simulators_summary_and_averaged():
     assert v.RunSeries.from_summary(cc, 2) is None
 
 
+def test_run_series_read_and_average_the_windows_where_a_run_has_one():
+    """Both simulators report each flow's window at each interval's end as
+    ``cwnd_series_pkts``, null where there is none (ns-3: before the socket exists; ccjax:
+    before the flow starts, or a rate sender). A seed mean averages, per interval, the runs
+    that have a window there; a run without the series leaves the mean without one."""
+    def summary(thr, cwnd):
+        return {"flows": [{"throughput_series_mbps": t, **({} if c is None else
+                                                          {"cwnd_series_pkts": c})}
+                          for t, c in zip(thr, cwnd, strict=True)],
+                "link": {"queue_series_pkts": [1.0, 2.0]},
+                "config": {"interval_s": 0.1, "duration_s": 0.2},
+                "sim": {"simulator": "ns-3.37"}}
+
+    a = v.RunSeries.from_summary(summary([[1, 2], [3, 4]], [[10, 20], [None, 8]]), 2)
+    b = v.RunSeries.from_summary(summary([[1, 2], [3, 4]], [[12, 30], [None, None]]), 2)
+    np.testing.assert_allclose(a.cwnd_pkts, [[10, 20], [np.nan, 8]])
+    m = v.RunSeries.mean([a, b])
+    np.testing.assert_allclose(m.cwnd_pkts, [[11, 25], [np.nan, 8]])
+    bare = v.RunSeries.from_summary(summary([[1, 2], [3, 4]], [None, None]), 2)
+    assert bare.cwnd_pkts is None and v.RunSeries.mean([a, bare]).cwnd_pkts is None
+    # a series of another length than the throughput's is not taken
+    odd = v.RunSeries.from_summary(summary([[1, 2], [3, 4]], [[1], [2]]), 2)
+    assert odd.cwnd_pkts is None
+
+
 def test_ccjax_runs_carry_their_series():
     """``run_ccjax`` gives each scenario's seed mean with its series: 0.1 s intervals over the
     run, whose throughput averages (weighted by the intervals, the last one shorter) to the

@@ -365,3 +365,36 @@ def test_pareto_figure_with_a_link_that_delivered_nothing(sweep, tmp_path):
     want = float(np.mean(lat[(pref == 0) & ~hit]))  # the other links' mean
     assert s["points"][0][1] == pytest.approx(want)
     assert set(r["classic"]) == set(r0["classic"])
+
+
+def test_run_plot_has_a_window_panel_where_a_flow_has_a_window(tmp_path, monkeypatch):
+    """``ccjax simulate --plot``: throughput, RTT, window and queue; the window panel only where
+    some flow has a window (a rate sender's series is all null), with that flow's series."""
+    from matplotlib.figure import Figure
+
+    from ccjax.plot import plot_run
+
+    seen = []
+    real = Figure.savefig
+
+    def keep(fig, *a, **k):
+        seen.append([(ax.get_ylabel(), [ln.get_ydata() for ln in ax.lines]) for ax in fig.axes])
+        return real(fig, *a, **k)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+
+    def flow(cc, cwnd):
+        return {"cc": cc, "base_rtt_ms": 40.0, "throughput_series_mbps": [1.0, 2.0, 3.0],
+                "rtt_series_ms": [40.0, None, 41.0], "cwnd_series_pkts": cwnd}
+
+    summary = {"sim": {"series_interval_s": 0.1},
+               "link": {"queue_series_pkts": [0.0, 1.0, 2.0], "capacity_mbps": 10.0},
+               "flows": [flow("const", [None, None, None]), flow("newreno", [None, 10.0, 20.0])]}
+    plot_run(summary, tmp_path / "w.png")
+    labels = [label for label, _ in seen[0]]
+    assert labels == ["throughput (Mbps)", "RTT (ms)", "window (packets)", "queue (packets)"]
+    (window,) = seen[0][2][1]
+    np.testing.assert_allclose(window, [np.nan, 10.0, 20.0])
+    summary["flows"][1] = flow("const", [None, None, None])
+    plot_run(summary, tmp_path / "c.png")
+    assert [label for label, _ in seen[1]] == ["throughput (Mbps)", "RTT (ms)", "queue (packets)"]

@@ -408,3 +408,30 @@ def test_queue_mean_series_is_the_intervals_mean_of_the_queue_at_each_tick():
                                rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(coarse["queue_series_pkts"], per_tick[:, -1], rtol=1e-5,
                                atol=1e-6)
+
+
+def test_cwnd_series_is_the_window_each_sender_is_held_to_at_each_intervals_end():
+    """``cwnd_series_pkts`` (as ns-3's dumbbell reports it): the window in packets at each
+    interval's end, the last one the run's final window; None before a flow starts and for a
+    rate sender, which has none. NewReno alone from 10 packets doubles per RTT in slow start."""
+    spec = link_from_flags(flows=2, bw_mbps=10.0, rtt_ms=(40.0,), start_s=[0.0, 0.5],
+                           buffer_pkts=33)
+    r = simulate([spec], cc=["newreno", "const"], rate_mbps=1.0, duration_s=1.0,
+                 series_interval_s=0.04, window_sender="ack-clocked")
+    s = r.summary(0)
+    reno, const = s["flows"][0]["cwnd_series_pkts"], s["flows"][1]["cwnd_series_pkts"]
+    assert len(reno) == len(const) == 25
+    assert const == [None] * 25
+    final = float(jnp.maximum(r.state.decision.cwnd[0, 0], r.cfg.min_cwnd)) / PACKET_BYTES
+    assert reno[-1] == pytest.approx(final)
+    assert all(w is not None and w >= 1.0 for w in reno)
+    # slow start: about 10, 20, 40 packets at the first RTTs' ends (each RTT's ACKs add their
+    # packets), then the buffer's first overflow halves it
+    assert reno[0] == pytest.approx(10.0) and 15 <= reno[1] <= 25 and 30 <= reno[2] <= 50
+    assert min(reno[3:]) < max(reno) / 1.5
+
+    late = link_from_flags(flows=2, bw_mbps=10.0, rtt_ms=(40.0,), start_s=[0.0, 0.5])
+    w = simulate([late], cc="cubic", duration_s=1.0, series_interval_s=0.1,
+                 window_sender="ack-clocked").summary(0)["flows"][1]["cwnd_series_pkts"]
+    # the second flow is sent nothing before 0.5 s: no window is reported for it there
+    assert w[:5] == [None] * 5 and all(x is not None and x >= 1.0 for x in w[5:])

@@ -1,9 +1,11 @@
 """The figure of ``ccjax validate --plot``: one scenario in ns-3 and in ccjax, over time.
 
 The validation compares 30-second means; where they disagree, the figure shows when the two
-simulators part: each flow's throughput and all flows' together, each flow's share of the bytes
-delivered so far, Jain's index of the bytes delivered so far, and the bottleneck queue, all as
-seed means (ns-3's seeds solid, ccjax's dashed). The share panel ends at the shares of the
+simulators part: each flow's throughput and all flows' together, each flow's congestion window
+(where both report it), each flow's share of the bytes delivered so far, Jain's index of the
+bytes delivered so far, and the bottleneck queue, all as seed means (ns-3's seeds solid,
+ccjax's dashed). The window panel is where slow-start exits and reductions show: ns-3's window
+is sampled at each interval's end, as ccjax's. The share panel ends at the shares of the
 seed-mean throughputs, which the RTT-unfairness check and the printed ``shares`` read; seeds
 that favour different flows even those out. The Jain panel is each run's own index, averaged
 over the seeds (``RunSeries.jain``), so it ends where the Jain check reads (``Measured.jain``)
@@ -48,7 +50,9 @@ def plot_validation(comparison: Comparison, path: str | Path,
     plt = pyplot()
     with plt.rc_context(STYLE):
         multi = sc.flows > 1
-        rows = 4 if multi else 2
+        windows = all(w is not None and bool(np.isfinite(w).any())
+                      for w in (a.cwnd_pkts, b.cwnd_pkts))
+        rows = (4 if multi else 2) + int(windows)
         fig, axes = plt.subplots(rows, 1, figsize=(7, 2.2 * rows + 0.4), sharex=True)
         colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
         ta, tb = a.ends_s, b.ends_s
@@ -62,20 +66,29 @@ def plot_validation(comparison: Comparison, path: str | Path,
             axes[0].plot(tb, b.throughput_mbps.sum(0), color="k", lw=1.1, ls="--")
         axes[0].axhline(sc.bw_mbps, color="gray", lw=0.7, ls=":")
         axes[0].set_ylabel("throughput (Mbps)")
+        k = 1
+        if windows:
+            for f in range(sc.flows):
+                c = colors[f % len(colors)]
+                axes[k].plot(ta, a.cwnd_pkts[f], color=c, lw=1.1)
+                axes[k].plot(tb, b.cwnd_pkts[f], color=c, lw=1.1, ls="--")
+            axes[k].set_ylabel("window (segments)")
+            axes[k].set_ylim(bottom=0)
+            k += 1
         if multi:
             sa = running_shares(a.throughput_mbps, a.lengths_s)
             sb = running_shares(b.throughput_mbps, b.lengths_s)
             for f in range(sc.flows):
                 c = colors[f % len(colors)]
-                axes[1].plot(ta, sa[f], color=c, lw=1.1)
-                axes[1].plot(tb, sb[f], color=c, lw=1.1, ls="--")
-            axes[1].set_ylabel("share since start")
-            axes[1].set_ylim(0, 1)
-            axes[2].plot(ta, a.jain, color="k", lw=1.1)
-            axes[2].plot(tb, b.jain, color="k", lw=1.1, ls="--")
-            axes[2].set_ylabel("Jain since start")
-            axes[2].set_ylim(min(0.5, float(np.nanmin(a.jain)), float(np.nanmin(b.jain))) - 0.02,
-                             1.01)
+                axes[k].plot(ta, sa[f], color=c, lw=1.1)
+                axes[k].plot(tb, sb[f], color=c, lw=1.1, ls="--")
+            axes[k].set_ylabel("share since start")
+            axes[k].set_ylim(0, 1)
+            axes[k + 1].plot(ta, a.jain, color="k", lw=1.1)
+            axes[k + 1].plot(tb, b.jain, color="k", lw=1.1, ls="--")
+            axes[k + 1].set_ylabel("Jain since start")
+            axes[k + 1].set_ylim(
+                min(0.5, float(np.nanmin(a.jain)), float(np.nanmin(b.jain))) - 0.02, 1.01)
         axes[-1].plot(ta, a.queue_pkts, color="k", lw=1.1, label="ns-3")
         axes[-1].plot(tb, b.queue_pkts, color="k", lw=1.1, ls="--", label="ccjax")
         top = max(float(np.max(a.queue_pkts)), float(np.max(b.queue_pkts)))

@@ -79,13 +79,16 @@ def _scan_ticks(cfg: SimConfig, controller: Controller, links: LinkParams, cc_pa
 
 
 def make_runner(cfg: SimConfig, controller: Controller, timeline: Timeline, mesh: Any = None):
-    """A jitted ``run(links, cc_params, keys) -> (final_state, series)`` over a batch of links.
+    """A jitted ``run(links, cc_params, keys) -> (final_state, series, queue_end, cwnd_end)``
+    over a batch of links.
 
-    ``series`` is a ``Totals`` with a leading (links, intervals) shape plus the queue at each
-    interval's end (``queue_end``). With a ``mesh`` (``devices.batch_mesh``: the batch split
-    over its ``links`` axis, as ``devices.shard_batch`` places it) each device runs its own
-    links as a program of its own (``shard_map``): links never interact, and a step that looks
-    across the batch (``sim.compact``) then stays on its device.
+    ``series`` is a ``Totals`` with a leading (links, intervals) shape; ``queue_end`` the queue
+    at each interval's end (links, intervals), and ``cwnd_end`` the window each sender is held
+    to then (links, intervals, flows; bytes, infinite for a rate sender without one). With a
+    ``mesh`` (``devices.batch_mesh``: the batch split over its ``links`` axis, as
+    ``devices.shard_batch`` places it) each device runs its own links as a program of its own
+    (``shard_map``): links never interact, and a step that looks across the batch
+    (``sim.compact``) then stays on its device.
     """
     zeros = Totals.zeros(cfg.n_flows, cfg.rtt_bins)
 
@@ -94,7 +97,8 @@ def make_runner(cfg: SimConfig, controller: Controller, timeline: Timeline, mesh
         B = links.buffer_bytes.shape[0]
         s = s.replace(tot=jax.tree.map(lambda z: jnp.broadcast_to(z, (B,) + z.shape), zeros))
         s, t = _scan_ticks(cfg, controller, links, cc_params, s, t, n)
-        return (s, t), (s.tot, s.work)  # the unserved bytes: what the buffer holds
+        # the unserved bytes (what the buffer holds) and the window each sender is held to
+        return (s, t), (s.tot, s.work, jnp.maximum(s.decision.cwnd, cfg.min_cwnd))
 
     def run_batch(links: LinkParams, cc_params: Any, keys: jnp.ndarray):
         s = jax.vmap(lambda lk, p, k: init_state(cfg, lk, controller, p, k))(
@@ -110,9 +114,10 @@ def make_runner(cfg: SimConfig, controller: Controller, timeline: Timeline, mesh
         if timeline.remainder:
             carry, o = interval(links, cc_params, carry, timeline.remainder)
             outs.append(jax.tree.map(lambda x: x[None], o))
-        tot, qend = jax.tree.map(lambda *xs: jnp.concatenate(xs, 0), *outs)
+        tot, qend, cwnd = jax.tree.map(lambda *xs: jnp.concatenate(xs, 0), *outs)
         # scans stack intervals first; the public layout is (links, intervals, ...)
-        return carry[0], jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), tot), qend.T
+        return (carry[0], jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), tot), qend.T,
+                jnp.swapaxes(cwnd, 0, 1))
 
     if mesh is not None:
         from jax.sharding import PartitionSpec
@@ -136,6 +141,9 @@ class RunResult:
     queue_end: np.ndarray
     wall_s: float
     compile_s: float
+    #: (links, intervals, flows) the window each sender was held to at each interval's end,
+    #: bytes (``make_runner``); None for results built without it
+    cwnd_end: np.ndarray | None = None
 
     def summary(self, i: int = 0) -> dict:
         return summarize(self, i)
@@ -216,11 +224,12 @@ def run(cfg: SimConfig, controller: Controller, links: LinkParams, cc_params: An
     t0 = time.perf_counter()
     compiled = fn.lower(links, cc_params, keys).compile()
     t1 = time.perf_counter()
-    state, series, qend = compiled(links, cc_params, keys)
+    state, series, qend, cwnd = compiled(links, cc_params, keys)
     jax.block_until_ready(series)
     t2 = time.perf_counter()
     return RunResult(cfg=cfg, timeline=timeline, links=links, state=state, series=series,
-                     queue_end=np.asarray(qend), wall_s=t2 - t1, compile_s=t1 - t0)
+                     queue_end=np.asarray(qend), wall_s=t2 - t1, compile_s=t1 - t0,
+                     cwnd_end=np.asarray(cwnd))
 
 
 def _f(x) -> float:
@@ -236,6 +245,15 @@ def _episode_counts(state: SimState, i: int) -> tuple[np.ndarray, np.ndarray] | 
         return None
     return (np.rint(np.asarray(ep.timeouts[i])).astype(np.int64),
             np.rint(np.asarray(ep.recoveries[i])).astype(np.int64))
+
+
+def _window_series(cwnd_bytes: np.ndarray, active_ticks: np.ndarray) -> list[float | None]:
+    """A flow's window at each interval's end in packets (ns-3's dumbbell reports
+    ``cwnd_series_pkts`` so); None where the flow had not started yet, or has no window (a rate
+    sender's is infinite)."""
+    started = np.cumsum(active_ticks) > 0
+    return [float(w / PACKET_BYTES) if s and np.isfinite(w) else None
+            for w, s in zip(cwnd_bytes, started, strict=True)]
 
 
 def summarize(res: RunResult, i: int = 0) -> dict:
@@ -261,6 +279,7 @@ def summarize(res: RunResult, i: int = 0) -> dict:
     qmax = tot.qmax.max(0)
     p95q = np.asarray(hist_quantile(jnp.asarray(hist), 0.95, jnp.asarray(qmax)))
     episodes = _episode_counts(res.state, i)
+    cwnd = None if res.cwnd_end is None else np.asarray(res.cwnd_end[i])
     for f in range(cfg.n_flows):
         if not link.present[f]:
             continue
@@ -286,6 +305,8 @@ def summarize(res: RunResult, i: int = 0) -> dict:
             "rtt_series_ms": [
                 float((base[f] + q / d * dt) * 1e3) if d > 0 else None
                 for q, d in zip(tot.qd_sum[:, f], tot.delivered[:, f], strict=True)],
+            **({} if cwnd is None else {"cwnd_series_pkts": _window_series(
+                cwnd[:, f], tot.active_ticks[:, f])}),
         })
     served = tot.served.sum()
     arrivals = tot.arrivals.sum()
