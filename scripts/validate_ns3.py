@@ -194,8 +194,9 @@ def _how_far_note(rows) -> str:
         f"{validation.DISTANCE_CAP:g}; `validation.distance`, lower is closer), the packet "
         f"model's distance from ns-3 is {validation.distance(rows):.1f}. Where and when a "
         f"scenario's two runs part shows in `ccjax validate --plot PATH` (each flow's "
-        f"throughput, its share so far, Jain's index so far and the queue over time, both "
-        f"simulators), and for every miss at once in `scripts/validate_ns3.py --plots DIR`.")
+        f"throughput, its congestion window, its share so far, Jain's index so far and the "
+        f"queue over time, both simulators), and for every miss at once in "
+        f"`scripts/validate_ns3.py --plots DIR`.")
 
 
 def _fluid_note(fluid, rows) -> str:
