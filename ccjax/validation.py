@@ -251,7 +251,9 @@ class RunSeries:
     (its ``queue_series_pkts`` is the queue at each interval's end, another quantity). Each
     flow's congestion window at each interval's end, in segments, where both report it
     (``cwnd_series_pkts``: ns-3's ``CongestionWindow`` over its segment size, ccjax's window over
-    its packet size); NaN before the flow's sender exists (ns-3) or starts (ccjax)."""
+    its packet size); NaN before the flow's sender exists or has a window (ns-3: null before its
+    socket exists and 0 until the handshake sets the first window, which no window is after it)
+    or before the flow starts (ccjax)."""
 
     interval_s: float
     duration_s: float
@@ -304,6 +306,10 @@ class RunSeries:
                                for f in s["flows"][:flows]], float)
         except (KeyError, TypeError, ValueError):
             cwnd = None
+        if cwnd is not None:
+            # ns-3's dumbbell reports 0 from the socket's creation until the handshake sets the
+            # first window (its first CongestionWindow trace); a window is never 0 after that
+            cwnd[cwnd <= 0] = np.nan
         if cwnd is not None and cwnd.shape != thr.shape:
             cwnd = None
         return RunSeries(float(dt), float(dur), thr, np.asarray(queue, float), cwnd_pkts=cwnd)

@@ -57,7 +57,9 @@ print(json.dumps({"devices": len(jax.devices()),
                   "thr": [[f["throughput_mbps"] for f in res.summary(i)["flows"]]
                           for i in range(4)],
                   "cubic": [[f["throughput_mbps"] for f in cub.summary(i)["flows"]]
-                            for i in range(4)]}))
+                            for i in range(4)],
+                  "cubic_cwnd": [[f["cwnd_series_pkts"] for f in cub.summary(i)["flows"]]
+                                 for i in range(4)]}))
 """
 
 
@@ -74,6 +76,8 @@ def test_sharded_batch_equals_single_device():
     assert out[2]["sharded"] == 2 and out[2]["cubic_sharded"] == 2  # ran on both devices
     assert out[1]["thr"] == out[2]["thr"]
     assert out[1]["cubic"] == out[2]["cubic"]
+    assert out[1]["cubic_cwnd"] == out[2]["cubic_cwnd"]  # the windows come out of shard_map too
+    assert all(w is not None for link in out[1]["cubic_cwnd"] for f in link for w in f)
 
 
 def test_link_seeds_make_a_link_independent_of_its_batch():

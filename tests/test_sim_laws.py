@@ -416,12 +416,13 @@ def test_cwnd_series_is_the_window_each_sender_is_held_to_at_each_intervals_end(
     rate sender, which has none. NewReno alone from 10 packets doubles per RTT in slow start."""
     spec = link_from_flags(flows=2, bw_mbps=10.0, rtt_ms=(40.0,), start_s=[0.0, 0.5],
                            buffer_pkts=33)
-    r = simulate([spec], cc=["newreno", "const"], rate_mbps=1.0, duration_s=1.0,
+    # (1.02 s: the last interval is a shorter one, and its end is the run's end)
+    r = simulate([spec], cc=["newreno", "const"], rate_mbps=1.0, duration_s=1.02,
                  series_interval_s=0.04, window_sender="ack-clocked")
     s = r.summary(0)
     reno, const = s["flows"][0]["cwnd_series_pkts"], s["flows"][1]["cwnd_series_pkts"]
-    assert len(reno) == len(const) == 25
-    assert const == [None] * 25
+    assert len(reno) == len(const) == 26
+    assert const == [None] * 26
     final = float(jnp.maximum(r.state.decision.cwnd[0, 0], r.cfg.min_cwnd)) / PACKET_BYTES
     assert reno[-1] == pytest.approx(final)
     assert all(w is not None and w >= 1.0 for w in reno)

@@ -63,7 +63,9 @@ def _check(model, spec, rates, seed, window_sender="paced"):
     else:
         p = NewReno().default_params(F_MAX)
     p = jax.tree.map(lambda x: jnp.broadcast_to(x, (1,) + jnp.shape(x)), p)
-    state, series, qend, _ = fn(batch, p, jax.random.split(jax.random.PRNGKey(seed), 1))
+    state, series, qend, cwnd = fn(batch, p, jax.random.split(jax.random.PRNGKey(seed), 1))
+    if window_sender != "paced":  # (Const's window is infinite: a rate sender has none)
+        assert np.all(np.isfinite(np.asarray(cwnd))) and np.all(np.asarray(cwnd) >= cfg.min_cwnd)
     for name, arr in [("series." + k, v) for k, v in vars(series).items()] + [
             ("queue_end", qend), ("sent", state.sent), ("acked", state.acked),
             ("lost", state.lost), ("queue", state.queue), ("srtt", state.srtt)]:

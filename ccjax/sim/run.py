@@ -250,7 +250,7 @@ def _episode_counts(state: SimState, i: int) -> tuple[np.ndarray, np.ndarray] | 
 def _window_series(cwnd_bytes: np.ndarray, active_ticks: np.ndarray) -> list[float | None]:
     """A flow's window at each interval's end in packets (ns-3's dumbbell reports
     ``cwnd_series_pkts`` so); None where the flow had not started yet, or has no window (a rate
-    sender's is infinite)."""
+    sender's is infinite). After a flow stops it keeps its last window, as ns-3's does."""
     started = np.cumsum(active_ticks) > 0
     return [float(w / PACKET_BYTES) if s and np.isfinite(w) else None
             for w, s in zip(cwnd_bytes, started, strict=True)]
