@@ -9,13 +9,18 @@ import numpy as np
 from ccjax.plot.common import check_plot_path
 
 
+def _floats(values: list[float | None]) -> np.ndarray:
+    """A summary's series with its nulls (nothing to report there) as NaN, which plots as a gap."""
+    return np.array([np.nan if v is None else v for v in values], dtype=float)
+
+
 def _windows(fl: dict) -> np.ndarray | None:
-    """A flow's window series (segments, NaN where it has none), or None if it never has one
+    """A flow's window series (packets, NaN where it has none), or None if it never has one
     (a rate sender) or the summary predates the series."""
     w = fl.get("cwnd_series_pkts")
     if not w:
         return None
-    a = np.array([np.nan if v is None else v for v in w], dtype=float)
+    a = _floats(w)
     return a if np.isfinite(a).any() else None
 
 
@@ -42,8 +47,7 @@ def plot_run(summary: dict, path: str | Path, title: str = "") -> Path:
         t = (np.arange(len(thr)) + 1) * dt
         label = f"flow {i} ({fl.get('cc', 'const')}, {fl['base_rtt_ms']:g} ms)"
         axes[0].plot(t, thr, label=label, lw=1.2, color=c)
-        rtt = np.array([np.nan if v is None else v for v in fl["rtt_series_ms"]], dtype=float)
-        axes[1].plot(t, rtt, lw=1.2, color=c)
+        axes[1].plot(t, _floats(fl["rtt_series_ms"]), lw=1.2, color=c)
         if windows[i] is not None:
             axes[2].plot(t, windows[i], lw=1.2, color=c)
     q = np.asarray(summary["link"]["queue_series_pkts"])
