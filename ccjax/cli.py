@@ -353,8 +353,9 @@ def _add_validate(sub) -> None:
     p.add_argument("--ns3-seeds", type=_ns3_seeds, default=[1, 2],
                    help="ns-3's seeds, comma-separated: their mean is the reference and their "
                    "spread widens the tolerances (default 1,2)")
-    p.add_argument("--ccjax-seeds", type=int, default=8,
-                   help="ccjax seeds averaged, run as one batch (default 8)")
+    p.add_argument("--ccjax-seeds", type=int, default=16,
+                   help="ccjax seeds averaged, run as one batch (default 16, as the report's "
+                        "validation.CCJAX_SEEDS)")
     p.add_argument("--model", choices=["packet", "fluid"], default="packet",
                    help="ccjax's model (default packet, the reference for TCP)")
     p.add_argument("--workers", type=int, default=2, help="ns-3 processes at a time (default 2)")

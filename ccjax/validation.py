@@ -45,10 +45,14 @@ VALIDATED_CC = ("newreno", "cubic", "vegas")
 
 #: ns-3's reference seeds: their average is the reference and their spread widens the tolerances
 NS3_SEEDS = (1, 2)
-#: ccjax's seeds, averaged per scenario, in the report and in CI (one batch per controller, so
-#: eight cost little more than two; with two, ccjax's own run-to-run noise decided many rows
-#: under random loss, and the test would check a different mean than the report shows)
-CCJAX_SEEDS = tuple(range(1, 9))
+#: ccjax's seeds, averaged per scenario, in the report and in CI (one batch per controller).
+#: With two, ccjax's own run-to-run noise decided many rows under random loss. Eight were not
+#: enough either: four blocks of eight seeds (1-8, 9-16, 17-24, 25-32) put 153, 145, 147 and 147
+#: of the 180 scenarios within every tolerance, where sixteen (1-16) and thirty-two (1-32) both
+#: put 149 (distance 116.5 and 116.6; 2026-11-27, third session). The report's count then
+#: depended on which eight seeds it drew, and model variants were judged on that draw. Sixteen
+#: cost the suite about a minute more than eight on the 2-core guest.
+CCJAX_SEEDS = tuple(range(1, 17))
 
 TOL_UTIL = 0.03
 TOL_QDELAY_REL = 0.15

@@ -679,3 +679,14 @@ def test_results_filter_compares_numbers_as_numbers(capsys, runs):
     code, out, _ = _run(capsys, "results", str(runs / "SW"), "--sort", "seed", "--desc",
                         "--json")
     assert code == 0 and [r["seed"] for r in json.loads(out)] == [1, 0]
+
+
+def test_validate_averages_the_reports_ccjax_seeds_by_default():
+    """``ccjax validate`` without ``--ccjax-seeds`` averages as many ccjax seeds as the report
+    and the test suite do (``validation.CCJAX_SEEDS``), so its verdict is the report's."""
+    from ccjax import validation as v
+    from ccjax.cli import build_parser
+
+    a = build_parser().parse_args(["validate", "--cc", "newreno"])
+    assert a.ccjax_seeds == len(v.CCJAX_SEEDS)
+    assert v.CCJAX_SEEDS == tuple(range(1, a.ccjax_seeds + 1))

@@ -476,3 +476,34 @@ def test_validate_script_draws_the_misses_from_ns3_reruns_held_to_the_stored_run
     bad = [[v.Measured(**{**m.record(), "utilization": 0.1}) for m in stored[0]], stored[1]]
     with pytest.raises(SystemExit, match="newreno 1f 10Mbps 40ms 1BDP loss0"):
         mod.plot_misses([sc_miss, sc_ok], rows, bad, tmp_path / "figs2", 2, range(1, 9))
+
+
+def _score_script():
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "score_matrix.py"
+    spec = importlib.util.spec_from_file_location("score_matrix", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_score_script_counts_blocks_and_their_mean_against_both_references(capsys):
+    """``scripts/score_matrix.py``: each block of seeds and the mean of all against the report's
+    reference (A) and the ten-seed one (B), for the scenarios asked for; bad input is refused
+    with what is allowed."""
+    mod = _score_script()
+    name = "newreno 1f 10Mbps 40ms 1BDP loss0"
+    assert mod.main(["--cc", "newreno", "--only", name, "--blocks", "2", "--block-size", "1",
+                     "--misses"]) == 0
+    out = capsys.readouterr().out
+    assert "newreno: of 1, blocks against A [1, 1]" in out
+    assert "all 2 seeds against A 1" in out and "against B 1" in out
+    assert "outside against A: none" in out
+    assert "all: blocks against A [1, 1]; all seeds against A 1" in out
+    for argv, msg in ((["--cc", "bbr"], "name one or more of newreno, cubic, vegas"),
+                      (["--blocks", "0"], "--blocks 0: must be an integer >= 1"),
+                      (["--only", "no such"], "not a scenario of the matrix")):
+        with pytest.raises(SystemExit):
+            mod.main(argv)
+        assert msg in capsys.readouterr().err
