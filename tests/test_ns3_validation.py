@@ -442,14 +442,19 @@ def test_matrix_rtts_are_whole_ms_and_runs_of_other_rtts_do_not_stand_in(tmp_pat
     assert v.ns3_from_records([old], path)[0][0] == v.average(runs)[0]
 
 
-def _validate_script():
+def _script(name: str):
+    """``scripts/NAME.py``, imported as a module."""
     import importlib.util
 
-    path = Path(__file__).resolve().parent.parent / "scripts" / "validate_ns3.py"
-    spec = importlib.util.spec_from_file_location("validate_ns3", path)
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _validate_script():
+    return _script("validate_ns3")
 
 
 def test_validate_script_draws_the_misses_from_ns3_reruns_held_to_the_stored_runs(tmp_path):
@@ -478,21 +483,11 @@ def test_validate_script_draws_the_misses_from_ns3_reruns_held_to_the_stored_run
         mod.plot_misses([sc_miss, sc_ok], rows, bad, tmp_path / "figs2", 2, range(1, 9))
 
 
-def _score_script():
-    import importlib.util
-
-    path = Path(__file__).resolve().parent.parent / "scripts" / "score_matrix.py"
-    spec = importlib.util.spec_from_file_location("score_matrix", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_score_script_counts_blocks_and_their_mean_against_both_references(capsys):
     """``scripts/score_matrix.py``: each block of seeds and the mean of all against the report's
     reference (A) and the ten-seed one (B), for the scenarios asked for; bad input is refused
     with what is allowed."""
-    mod = _score_script()
+    mod = _script("score_matrix")
     name = "newreno 1f 10Mbps 40ms 1BDP loss0"
     assert mod.main(["--cc", "newreno", "--only", name, "--blocks", "2", "--block-size", "1",
                      "--misses"]) == 0
