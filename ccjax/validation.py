@@ -51,7 +51,8 @@ NS3_SEEDS = (1, 2)
 #: of the 180 scenarios within every tolerance, where sixteen (1-16) and thirty-two (1-32) both
 #: put 149 (distance 116.5 and 116.6; 2026-11-27, third session). The report's count then
 #: depended on which eight seeds it drew, and model variants were judged on that draw. Sixteen
-#: cost the suite about a minute more than eight on the 2-core guest.
+#: cost a fresh clone's .ci/run about a minute and a half more than eight on the 2-core AMD
+#: EPYC guest (11 min 31 s and 11 min 52 s, against 10 min 6 s).
 CCJAX_SEEDS = tuple(range(1, 17))
 
 TOL_UTIL = 0.03
@@ -179,9 +180,10 @@ def ci_matrix(duration_s: float = 30.0) -> list[Scenario]:
 
 
 #: The ``ci_matrix`` scenarios where ccjax's packet model meets every tolerance today (ns-3's
-#: seeds 1 and 2 against ccjax's seeds 1 to 8, as in the report, 30 s, window senders as
+#: seeds 1 and 2 against ccjax's ``CCJAX_SEEDS``, as in the report, 30 s, window senders as
 #: ``NS3_WINDOW_SENDER``). The test suite holds them there; the others are known divergences,
-#: shown in docs/validation.md. Each entry also holds with ccjax's seeds 9 to 16. Until
+#: shown in docs/validation.md. Until 2026-11-27 (third session) the report averaged seeds 1 to
+#: 8 and each entry also held with 9 to 16; all still hold with sixteen (1 to 16). Until
 #: 2026-11-25 (sixth session) CI averaged ccjax's seeds 1 and 2 only, and the entries had to hold
 #: with those and with eight; with the report's eight alone "newreno 2f 10Mbps 40/40ms 4BDP
 #: loss0.01" (utilization 0.607, 0.630 with seeds 9 to 16; ns-3 0.602) and "newreno 4f 10Mbps

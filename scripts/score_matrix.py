@@ -28,12 +28,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# score this checkout's model, whichever environment's Python runs the script
+sys.path.insert(0, str(ROOT))
 
 
 def _cc_list(text: str) -> tuple[str, ...]:
     from ccjax.validation import VALIDATED_CC
 
-    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
     bad = [n for n in names if n not in VALIDATED_CC]
     if not names or bad:
         raise argparse.ArgumentTypeError(
@@ -73,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"scripts/validate_ns3.py")
 
     from ccjax import validation as v
+    from ccjax.errors import ConfigError
 
     ccs = args.cc or v.VALIDATED_CC
     matrix = v.full_matrix()
@@ -80,13 +83,25 @@ def main(argv: list[str] | None = None) -> int:
         names = {sc.name for sc in matrix}
         unknown = [n for n in args.only if n not in names]
         if unknown:
-            ap.error(f"--only {unknown[0]!r}: not a scenario of the matrix (names as in "
-                     f"docs/validation.md, e.g. {matrix[0].name!r})")
+            ap.error(f"--only {', '.join(map(repr, unknown))}: not a scenario of the matrix "
+                     f"(names as in docs/validation.md, e.g. {matrix[0].name!r})")
+    chosen = [sc for sc in matrix if sc.cc in ccs and (not args.only or sc.name in args.only)]
+    if not chosen:
+        ap.error(f"--only {', '.join(map(repr, args.only))}: none of them is a scenario of "
+                 f"--cc {','.join(ccs)}")
+    try:  # read before anything runs, so that a bad report costs nothing
+        v.ns3_reference_runs(chosen, args.report)
+    except ConfigError as e:
+        # the library's message is worded for validate_ns3.py's --ns3-from: keep what is wrong
+        what = str(e).split(": ", 1)[-1].split("; allowed", 1)[0]
+        ap.error(f"--report {args.report}: {what}; allowed: a report's JSON written by "
+                 f"scripts/validate_ns3.py for this matrix")
+    # the self-check's seeds, as scripts/validate_ns3.py stores them under "ns3_self"
     self_seeds = tuple(range(3, 11))
     t0 = time.perf_counter()
     total: dict[str, list[float]] = {"A": [0, 0.0], "B": [0, 0.0]}
     blocks_total = [0] * args.blocks
-    has_b = False
+    has_b, all_b = False, True
     for cc in ccs:
         scen = [sc for sc in matrix if sc.cc == cc and (not args.only or sc.name in args.only)]
         if not scen:
@@ -94,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         ref12 = v.ns3_reference_runs(scen, args.report)
         ref_a = [v.average(rs) for rs in ref12]
         more = v.ns3_runs_from_records(scen, self_seeds, args.report)
+        if more is None:
+            print(f"{cc}: {args.report} holds no ns-3 runs of seeds 3-10 for these scenarios; "
+                  f"reference B left out for {cc}", flush=True)
         ref_b = None if more is None else [
             (v.average(list(a) + list(b))[0], v.average(a)[1])
             for a, b in zip(ref12, more, strict=True)]
@@ -112,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         line = (f"{cc}: of {len(scen)}, blocks against A {[p[0] for p in per]} "
                 f"(distance {', '.join(f'{p[1]:.1f}' for p in per)}); "
                 f"all {args.blocks * args.block_size} seeds against A {a[0]} ({a[1]:.1f})")
+        all_b = all_b and ref_b is not None
         if ref_b is not None:
             has_b = True
             b = _score(scen, ref_b, mean)
@@ -123,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             print("  outside against A:", ", ".join(a[2]) or "none")
             if ref_b is not None:
                 print("  outside against B:", ", ".join(b[2]) or "none")
-    with_b = (f", against B {total['B'][0]} ({total['B'][1]:.1f})" if has_b else "")
+    with_b = (f", against B {total['B'][0]} ({total['B'][1]:.1f})"
+              + ("" if all_b else " (only the controllers with B)") if has_b else "")
     print(f"all: blocks against A {blocks_total}; all seeds against A {total['A'][0]} "
           f"({total['A'][1]:.1f}){with_b}; {time.perf_counter() - t0:.0f} s")
     return 0

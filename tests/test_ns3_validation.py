@@ -483,22 +483,39 @@ def test_validate_script_draws_the_misses_from_ns3_reruns_held_to_the_stored_run
         mod.plot_misses([sc_miss, sc_ok], rows, bad, tmp_path / "figs2", 2, range(1, 9))
 
 
-def test_score_script_counts_blocks_and_their_mean_against_both_references(capsys):
-    """``scripts/score_matrix.py``: each block of seeds and the mean of all against the report's
-    reference (A) and the ten-seed one (B), for the scenarios asked for; bad input is refused
-    with what is allowed."""
+def test_score_script_counts_blocks_and_their_mean_against_both_references(capsys, tmp_path,
+                                                                          monkeypatch):
+    """``scripts/score_matrix.py``: each block runs its own seeds, the mean of all blocks and
+    each block are scored against the report's reference (A) and the ten-seed one (B), for the
+    scenarios asked for; bad input is refused with what is allowed before anything runs."""
     mod = _script("score_matrix")
-    name = "newreno 1f 10Mbps 40ms 1BDP loss0"
-    assert mod.main(["--cc", "newreno", "--only", name, "--blocks", "2", "--block-size", "1",
-                     "--misses"]) == 0
+    seen = []
+    real = v.run_ccjax
+
+    def recording(scenarios, **kw):
+        seen.append(tuple(kw["seeds"]))
+        return real(scenarios, **kw)
+
+    monkeypatch.setattr(v, "run_ccjax", recording)
+    name = "newreno 1f 10Mbps 40ms 1BDP loss0.01"
+    assert mod.main(["--cc", "newreno,newreno", "--only", name, "--blocks", "2",
+                     "--block-size", "2", "--misses"]) == 0
+    assert seen == [(1, 2), (3, 4)]  # one block after another, each its own seeds
     out = capsys.readouterr().out
     assert "newreno: of 1, blocks against A [1, 1]" in out
-    assert "all 2 seeds against A 1" in out and "against B 1" in out
+    assert "all 4 seeds against A 1" in out and "against B 1" in out
     assert "outside against A: none" in out
     assert "all: blocks against A [1, 1]; all seeds against A 1" in out
+    assert out.count("newreno: of 1") == 1  # a controller named twice is scored once
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
     for argv, msg in ((["--cc", "bbr"], "name one or more of newreno, cubic, vegas"),
                       (["--blocks", "0"], "--blocks 0: must be an integer >= 1"),
-                      (["--only", "no such"], "not a scenario of the matrix")):
+                      (["--only", "no such"], "not a scenario of the matrix"),
+                      (["--cc", "cubic", "--only", name], "none of them is a scenario of --cc "
+                                                          "cubic"),
+                      (["--report", str(bad)], "holds no per-seed ns-3 runs")):
+        seen.clear()
         with pytest.raises(SystemExit):
             mod.main(argv)
-        assert msg in capsys.readouterr().err
+        assert msg in capsys.readouterr().err and not seen
