@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--only {', '.join(map(repr, args.only))}: none of them is a scenario of "
                  f"--cc {','.join(ccs)}")
     try:  # read before anything runs, so that a bad report costs nothing
-        v.ns3_reference_runs(chosen, args.report)
+        ref_runs = dict(zip(chosen, v.ns3_reference_runs(chosen, args.report), strict=True))
     except ConfigError as e:
         # the library's message is worded for validate_ns3.py's --ns3-from: keep what is wrong
         what = str(e).split(": ", 1)[-1].split("; allowed", 1)[0]
@@ -103,10 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     blocks_total = [0] * args.blocks
     has_b, all_b = False, True
     for cc in ccs:
-        scen = [sc for sc in matrix if sc.cc == cc and (not args.only or sc.name in args.only)]
+        scen = [sc for sc in chosen if sc.cc == cc]
         if not scen:
             continue
-        ref12 = v.ns3_reference_runs(scen, args.report)
+        ref12 = [ref_runs[sc] for sc in scen]
         ref_a = [v.average(rs) for rs in ref12]
         more = v.ns3_runs_from_records(scen, self_seeds, args.report)
         if more is None:

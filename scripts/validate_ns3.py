@@ -373,14 +373,15 @@ def main(argv=None) -> int:
     # The packet model without lost retransmissions (every loss repaired by one retransmission,
     # as with Linux's RACK): what modelling ns-3's retransmission timeouts changes.
     noretx = against_ns3(model="packet", retx_loss=False)
-    # The tables' count with two ccjax seeds, as many as ns-3's.
-    n_two = None if len(seeds) == 2 else sum(
-        r.ok for r in against_ns3(model="packet", seeds=(1, 2)))
-    # ... and with each half of the seeds alone: how far a mean of half as many seeds moves it
+    # The tables' count with each half of the seeds alone (how far a mean of half as many seeds
+    # moves it), and with two ccjax seeds, as many as ns-3's (with four seeds, the first half).
     halves = []
     if len(seeds) >= 4 and len(seeds) % 2 == 0:
         for half in (seeds[:len(seeds) // 2], seeds[len(seeds) // 2:]):
             halves.append((half, sum(r.ok for r in against_ns3(model="packet", seeds=half))))
+    n_two = dict(halves).get((1, 2))
+    if n_two is None and len(seeds) != 2:
+        n_two = sum(r.ok for r in against_ns3(model="packet", seeds=(1, 2)))
     pcounts, fcounts, acounts = by_cc(rows), by_cc(fluid), by_cc(paced)
     n_ok = {name: sum(r.ok for r in rs) for name, rs in
             (("tables", rows), ("noretx", noretx), ("pacedall", paced))}
