@@ -51,8 +51,8 @@ NS3_SEEDS = (1, 2)
 #: of the 180 scenarios within every tolerance, where sixteen (1-16) and thirty-two (1-32) both
 #: put 149 (distance 116.5 and 116.6; 2026-11-27, third session). The report's count then
 #: depended on which eight seeds it drew, and model variants were judged on that draw. Sixteen
-#: cost a fresh clone's .ci/run under a minute more than eight on the 2-core AMD EPYC guest
-#: (10 min 50 s, against 10 min 6 s).
+#: cost a fresh clone's .ci/run one to three minutes more than eight on the 2-core AMD EPYC
+#: guest (10 min 50 s and 12 min 55 s on a quiet machine, against 10 min 6 s).
 CCJAX_SEEDS = tuple(range(1, 17))
 
 TOL_UTIL = 0.03
