@@ -132,6 +132,7 @@ def _ns3_ratio(results: list[dict], duration_s: float) -> dict:
     """ns-3 on the CUBIC dumbbell, and ccjax's packet model at batch 1024 against it: with the
     same sender (``cubic-ns3``, the ratio) and with ccjax's default CUBIC."""
     from ccjax import ns3
+    from ccjax.validation import NS3_HYSTART_DETECT
 
     ns3.build()
     spec = link_from_flags(**CUBIC_LINK)
@@ -140,7 +141,8 @@ def _ns3_ratio(results: list[dict], duration_s: float) -> dict:
     buffer = max(1, int(spec.buffer_pkts) - 1)
     r = ns3.run_dumbbell(flows=spec.n_flows, bw_mbps=CUBIC_LINK["bw_mbps"],
                          rtt_ms=list(spec.rtt_ms), buffer_pkts=buffer, loss=0.0,
-                         cc="cubic", duration_s=duration_s, hystart_detect="delay")
+                         cc="cubic", duration_s=duration_s,
+                         hystart_detect=NS3_HYSTART_DETECT)
     wall = float(r["sim"]["wall_s"])
     ns3_rate = spec.n_flows * duration_s / wall
     out = {"simulator": r["sim"].get("simulator", "ns-3"), "sim_seconds": duration_s,

@@ -206,6 +206,45 @@ def test_ns3_against_itself_checks_other_seeds_as_ccjax_is_checked(tmp_path):
     assert last[1:] == ["-", "utilization 1.7 tol"]
 
 
+def test_matrix_runs_ns3_cubic_with_hystarts_delay_test_unless_asked_for_as_shipped(monkeypatch):
+    """``run_ns3_seeds`` runs TcpCubic with the matrix's HyStart tests (the delay test alone,
+    ``NS3_HYSTART_DETECT``), or with ns-3's default of both when asked; the report's stored
+    as-shipped runs are read back by their own key and no other."""
+    from ccjax import ns3
+
+    seen = []
+
+    def fake(**kw):
+        seen.append(kw["hystart_detect"])
+        return {"link": {"utilization": 0.9, "mean_queue_delay_ms": 5.0, "drop_rate": 0.0},
+                "flows": [{"throughput_mbps": 9.0}], "sim": {"wall_s": 0.1}}
+
+    monkeypatch.setattr(ns3, "build", lambda: None)
+    monkeypatch.setattr(ns3, "run_dumbbell", fake)
+    sc = v.Scenario("cubic", 1, 10.0, (40.0,), 1.0, 0.0)
+    v.run_ns3_seeds([sc], (1,))
+    v.run_ns3_seeds([sc], (1,), hystart_detect="both")
+    assert v.NS3_HYSTART_DETECT == "delay" and seen == ["delay", "both"]
+
+    cubic = [s for s in v.full_matrix(30.0) if s.cc == "cubic"]
+    shipped = v.ns3_runs_from_records(cubic, v.NS3_SEEDS, REPORT_JSON, key="ns3_cubic_shipped")
+    assert shipped is not None and len(shipped) == len(cubic)
+    assert v.ns3_runs_from_records(cubic, v.NS3_SEEDS, REPORT_JSON, key="no_such_runs") is None
+
+
+def test_report_gives_ns3_cubic_as_shipped_against_its_reference():
+    """The report's HyStart paragraph is the stored as-shipped runs checked against the
+    reference exactly as ccjax is: its count and distance are recomputed here."""
+    cubic = [s for s in v.full_matrix(30.0) if s.cc == "cubic"]
+    ref = v.ns3_from_records(cubic, REPORT_JSON)
+    shipped = v.ns3_runs_from_records(cubic, v.NS3_SEEDS, REPORT_JSON, key="ns3_cubic_shipped")
+    rows = v.ns3_against_itself(cubic, ref, shipped)
+    md = (REPORT_JSON.parent / "validation.md").read_text()
+    want = (f"is within every tolerance in {sum(r.ok for r in rows)} of the {len(cubic)} CUBIC "
+            f"scenarios (distance {v.distance(rows):.1f};")
+    assert want in md, f"docs/validation.md does not say {want!r}"
+
+
 def test_comparison_says_how_far_each_check_is_off():
     """``reach``: each numeric check's distance in units of its (widened) tolerance, 1 on the
     edge; loss as log2 of the factor outside ns-3's seeds' range. ``how_far`` names the failed
