@@ -565,11 +565,14 @@ def average(runs: Sequence[Measured]) -> tuple[Measured, Spread]:
                         tuple(tuple(float(x) for x in m.throughput_mbps) for m in runs))
 
 
-def run_ns3(scenarios: Sequence[Scenario], seeds: Sequence[int] = NS3_SEEDS, workers: int = 2
+def run_ns3(scenarios: Sequence[Scenario], seeds: Sequence[int] = NS3_SEEDS, workers: int = 2,
+            hystart_detect: str | None = None
             ) -> list[tuple[Measured, Spread]]:
     """All scenarios in ns-3 with each seed, ``workers`` processes at a time; per scenario the
-    seed average and the seed-to-seed spread."""
-    return [average(runs) for runs in run_ns3_seeds(scenarios, seeds, workers)]
+    seed average and the seed-to-seed spread. ``hystart_detect``: TcpCubic's HyStart tests
+    (``None``: ``NS3_HYSTART_DETECT``, the matrix's)."""
+    hystart = NS3_HYSTART_DETECT if hystart_detect is None else hystart_detect
+    return [average(runs) for runs in run_ns3_seeds(scenarios, seeds, workers, hystart)]
 
 
 #: TcpCubic's HyStart tests in the matrix's ns-3 runs (``ns3.run_dumbbell``'s ``hystart_detect``):

@@ -224,7 +224,7 @@ def _fake_validation(monkeypatch, got_util: float):
 
     ref = v.Measured(0.95, 10.0, 0.010, [5.0, 4.0])
     spread = v.Spread(0.01, 0.5, 0.02, 0.009, 0.011)
-    monkeypatch.setattr(v, "run_ns3", lambda sc, seeds, workers: [(ref, spread)])
+    monkeypatch.setattr(v, "run_ns3", lambda sc, seeds, workers, **kw: [(ref, spread)])
     monkeypatch.setattr(v, "run_ccjax", lambda sc, model, seeds: [
         v.Measured(got_util, 10.5, 0.012, [5.0, 4.0])])
 
@@ -294,7 +294,7 @@ def test_validate_plot_draws_both_simulators_after_the_verdict(capsys, monkeypat
     spread = v.Spread(0.01, 0.5, 0.02, 0.009, 0.011)
     got = v.Measured(0.94, 10.5, 0.012, [5.0, 4.0],
                      series=_series([[7, 6, 5], [2, 3, 4]], [12, 22, 28]))
-    monkeypatch.setattr(v, "run_ns3", lambda sc, seeds, workers: [(ref, spread)])
+    monkeypatch.setattr(v, "run_ns3", lambda sc, seeds, workers, **kw: [(ref, spread)])
     monkeypatch.setattr(v, "run_ccjax", lambda sc, model, seeds: [got])
     figs = []
     real_save = pv.save
@@ -356,6 +356,40 @@ def test_validate_help_states_the_tolerances(capsys):
     text = " ".join(out.split())
     assert code == 0 and "within 15 % or 3 ms" in text and "%%" not in text
     assert "Exit status 0 when every check holds, 1 when one does not, 2 for invalid" in text
+
+
+def test_validate_runs_ns3_cubic_with_the_reports_hystart_unless_asked(capsys, monkeypatch):
+    """``ccjax validate --cc cubic`` runs ns-3's TcpCubic with HyStart's delay test alone, as
+    the report does, and ``--ns3-hystart both`` with ns-3's default; the choice is in the table's
+    title and the JSON. Another controller has no HyStart: the flag is refused before anything
+    runs."""
+    from ccjax import validation as v
+
+    asked = []
+    ref = v.Measured(0.95, 10.0, 0.010, [9.5])
+    spread = v.Spread(0.01, 0.5, 0.02, 0.009, 0.011)
+
+    def ns3(sc, seeds, workers, hystart_detect=None):
+        asked.append(hystart_detect)
+        return [(ref, spread)]
+
+    monkeypatch.setattr(v, "run_ns3", ns3)
+    monkeypatch.setattr(v, "run_ccjax", lambda sc, model, seeds: [
+        v.Measured(0.95, 10.2, 0.011, [9.5])])
+    code, out, _ = _run(capsys, "validate", "--cc", "cubic")
+    assert code == 0 and "HyStart delay" in out
+    code, out, _ = _run(capsys, "validate", "--cc", "cubic", "--ns3-hystart", "both", "--json")
+    assert code == 0 and json.loads(out)["ns3_hystart"] == "both"
+    assert asked == [v.NS3_HYSTART_DETECT, "both"] and v.NS3_HYSTART_DETECT == "delay"
+    code, out, _ = _run(capsys, "validate", "--cc", "newreno", "--json")
+    assert code == 0 and json.loads(out)["ns3_hystart"] is None
+
+    def ran(*a, **k):
+        raise AssertionError("a simulator ran")
+
+    monkeypatch.setattr(v, "run_ns3", ran)
+    code, _, err = _run(capsys, "validate", "--cc", "vegas", "--ns3-hystart", "both")
+    _one_line_error(code, err, "ns3_hystart", "--cc cubic")
 
 
 def test_validate_a_failure_of_ns3_is_one_line_and_status_3(capsys, monkeypatch):
