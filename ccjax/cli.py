@@ -359,9 +359,10 @@ def _add_validate(sub) -> None:
     p.add_argument("--model", choices=["packet", "fluid"], default="packet",
                    help="ccjax's model (default packet, the reference for TCP)")
     p.add_argument("--ns3-hystart", choices=["delay", "both", "packet_train"], default=None,
-                   help="--cc cubic only: the HyStart tests ns-3's TcpCubic runs (default "
-                   "delay, the delay test alone, as docs/validation.md: ccjax's CUBIC has no "
-                   "ACK-train test; both is ns-3.37 as shipped)")
+                   help="--cc cubic only: the HyStart tests ns-3's TcpCubic runs. delay (the "
+                   "default): the delay test alone, as docs/validation.md uses, since ccjax's "
+                   "CUBIC has no ACK-train test; both: ns-3.37 as shipped; packet_train: the "
+                   "ACK-train test alone")
     p.add_argument("--workers", type=int, default=2, help="ns-3 processes at a time (default 2)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--plot", default=None, metavar="PATH",
@@ -372,12 +373,13 @@ def _add_validate(sub) -> None:
                    "after the verdict is printed)")
 
 
-def _validate_table(c, tol: dict, args, ns3_wall: float, ccjax_wall: float) -> None:
+def _validate_table(c, tol: dict, args, ns3_wall: float, ccjax_wall: float,
+                    hystart: str | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
     seeds = ", ".join(str(s) for s in args.ns3_seeds)
-    hy = (f", HyStart {args.ns3_hystart or 'delay'}" if c.scenario.cc == "cubic" else "")
+    hy = f", HyStart {hystart}" if hystart else ""
     t = Table(title=f"{c.scenario.name}: ns-3.37 (seeds {seeds}{hy}) against ccjax's "
               f"{args.model} model ({args.ccjax_seeds} seeds)", title_justify="left")
     for col in ("check", "ns-3", "ns-3 seeds' spread", "ccjax", "tolerance", "within"):
@@ -451,7 +453,7 @@ def cmd_validate(args) -> int:
                    ns3_wall_s=t1 - t0, ccjax_wall_s=t2 - t1)
         print(json.dumps(rec))
     else:
-        _validate_table(c, tol, args, t1 - t0, t2 - t1)
+        _validate_table(c, tol, args, t1 - t0, t2 - t1, hystart if args.cc == "cubic" else None)
     if args.plot is not None:
         from ccjax.plot.validation import plot_validation
 

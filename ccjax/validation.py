@@ -45,6 +45,18 @@ VALIDATED_CC = ("newreno", "cubic", "vegas")
 
 #: ns-3's reference seeds: their average is the reference and their spread widens the tolerances
 NS3_SEEDS = (1, 2)
+#: TcpCubic's HyStart tests in the matrix's ns-3 runs (``ns3.run_dumbbell``'s ``hystart_detect``):
+#: the delay test alone (``HyStartDetect`` = 2), not ns-3.37's default of both (3). ccjax's CUBIC
+#: has no ACK-train test (which times each ACK against the last, 2 ms apart at most, and ends slow
+#: start once a round's unbroken train outlasts the minimum RTT): ccjax's controllers see a
+#: measurement interval's statistics, not each ACK. With the delay test alone ns-3's HyStart never
+#: ends a slow start in these dumbbells, so ccjax's runs without HyStart here
+#: (``ns3_equivalent_params``). The ACK-train test does end them, well before the loss (traced, one
+#: flow, 50 Mbps, 40 ms, 4 BDP, seed 1: ssthresh set to 487 packets at 0.32 s; with the delay test
+#: alone the window overshoots to 1,668 and the first loss report comes at 0.61 s), so ns-3's CUBIC
+#: as shipped is another reference: ``scripts/validate_ns3.py`` checks it against this one and
+#: reports the count (docs/validation.md, "HyStart").
+NS3_HYSTART_DETECT = "delay"
 #: ccjax's seeds, averaged per scenario, in the report and in CI (one batch per controller).
 #: With two, ccjax's own run-to-run noise decided many rows under random loss. Eight were not
 #: enough either: four blocks of eight seeds (1-8, 9-16, 17-24, 25-32) put 153, 145, 147 and 147
@@ -478,19 +490,18 @@ def ns3_equivalent_params(cc: str, ctl, n_flows: int):
     """ccjax's parameters for ``cc`` that match what ns-3.37 implements.
 
     ns-3.37's TcpCubic has no Reno-friendly region (RFC 9438 §4.3; its state has no W_est), so
-    ccjax's CUBIC runs without it here. Its HyStart, with the delay test alone as the matrix runs
-    it (``NS3_HYSTART_DETECT``), never ends a slow start in these dumbbells: runs with HyStart on
-    and off are identical (measured: one flow, 10 and 50 Mbps, 1 and 4
-    BDP, 30 s; drop rate, utilization and queueing delay equal to the last digit), so ccjax's
-    HyStart is off here too. ns-3's ``TcpCubic::Update`` and ``GetSsThresh`` work in whole
-    segments (``ns3_integer``; see ``Cubic._ns3``): the cubic offset truncated, so the target
-    sits at W_max for 1.36 s either side of K, and ssthresh ``floor(0.7 segCwnd)``. Measured
-    (packet model, paced, one-RTT MIs, the 60 CUBIC scenarios of ``full_matrix`` against the
-    stored ns-3 runs): 37 within every tolerance with the RFC's arithmetic, 42 with ns-3's
-    (random loss: 14 -> 17 of 30; none lost). ``ns3_integer`` also keeps TcpCubic's ACK
-    counter ``m_cWndCnt``, which ns-3 never resets (a plateau banks ACKs that pay a segment per
-    ACK after the next reduction): ACK-clocked, quarter-RTT MIs, eight ccjax seeds, 46 -> 51 of
-    the 60 (random loss: 19 -> 24 of 30).
+    ccjax's CUBIC runs without it here. Its HyStart, with the delay test alone as the matrix runs it
+    (``NS3_HYSTART_DETECT``), never ends a slow start in these dumbbells: runs with HyStart on and
+    off are identical (measured: one flow, 10 and 50 Mbps, 1 and 4 BDP, 30 s; drop rate, utilization
+    and queueing delay equal to the last digit), so ccjax's HyStart is off here too. ns-3's
+    ``TcpCubic::Update`` and ``GetSsThresh`` work in whole segments (``ns3_integer``; see
+    ``Cubic._ns3``): the cubic offset truncated, so the target sits at W_max for 1.36 s either side
+    of K, and ssthresh ``floor(0.7 segCwnd)``. Measured (packet model, paced, one-RTT MIs, the 60
+    CUBIC scenarios of ``full_matrix`` against the stored ns-3 runs): 37 within every tolerance with
+    the RFC's arithmetic, 42 with ns-3's (random loss: 14 -> 17 of 30; none lost). ``ns3_integer``
+    also keeps TcpCubic's ACK counter ``m_cWndCnt``, which ns-3 never resets (a plateau banks ACKs
+    that pay a segment per ACK after the next reduction): ACK-clocked, quarter-RTT MIs, eight ccjax
+    seeds, 46 -> 51 of the 60 (random loss: 19 -> 24 of 30).
 
     ns-3.37's TcpVegas doubles its window every RTT in slow start (``ss_every_other_rtt`` off),
     answers a loss with ``GetSsThresh`` = one packet below the window, which is also where it
@@ -571,29 +582,15 @@ def run_ns3(scenarios: Sequence[Scenario], seeds: Sequence[int] = NS3_SEEDS, wor
     """All scenarios in ns-3 with each seed, ``workers`` processes at a time; per scenario the
     seed average and the seed-to-seed spread. ``hystart_detect``: TcpCubic's HyStart tests
     (``None``: ``NS3_HYSTART_DETECT``, the matrix's)."""
-    hystart = NS3_HYSTART_DETECT if hystart_detect is None else hystart_detect
-    return [average(runs) for runs in run_ns3_seeds(scenarios, seeds, workers, hystart)]
-
-
-#: TcpCubic's HyStart tests in the matrix's ns-3 runs (``ns3.run_dumbbell``'s ``hystart_detect``):
-#: the delay test alone (``HyStartDetect`` = 2), not ns-3.37's default of both (3). ccjax's CUBIC
-#: has no ACK-train test (which times each ACK against the last, 2 ms apart at most, and ends
-#: slow start once a round's unbroken train outlasts the minimum RTT): ccjax's controllers see
-#: a measurement interval's statistics, not each ACK. With the delay test alone ns-3's HyStart
-#: never ends a slow start in these dumbbells, so ccjax's runs without HyStart here
-#: (``ns3_equivalent_params``). The ACK-train test does end them, well before the loss
-#: (traced, one flow, 50 Mbps, 40 ms, 4 BDP, seed 1: ssthresh set to 487 packets at 0.32 s;
-#: with the delay test alone the window overshoots to 1,668 and the first loss report comes
-#: at 0.61 s), so ns-3's CUBIC as shipped is another reference: ``scripts/validate_ns3.py``
-#: checks it against this one and reports the count (docs/validation.md, "HyStart").
-NS3_HYSTART_DETECT = "delay"
+    return [average(runs) for runs in run_ns3_seeds(scenarios, seeds, workers, hystart_detect)]
 
 
 def run_ns3_seeds(scenarios: Sequence[Scenario], seeds: Sequence[int], workers: int = 2,
-                  hystart_detect: str = NS3_HYSTART_DETECT) -> list[list[Measured]]:
+                  hystart_detect: str | None = None) -> list[list[Measured]]:
     """All scenarios in ns-3 with each seed, ``workers`` processes at a time; per scenario its
-    runs, in the order of ``seeds``. ``hystart_detect``: TcpCubic's HyStart tests
-    (``NS3_HYSTART_DETECT``, the matrix's; ``"both"`` is ns-3's default)."""
+    runs, in the order of ``seeds``. ``hystart_detect``: TcpCubic's HyStart tests (``None``:
+    ``NS3_HYSTART_DETECT``, the matrix's; ``"both"`` is ns-3's default)."""
+    hystart = NS3_HYSTART_DETECT if hystart_detect is None else hystart_detect
     from ccjax import ns3
 
     ns3.build()
@@ -605,7 +602,7 @@ def run_ns3_seeds(scenarios: Sequence[Scenario], seeds: Sequence[int], workers: 
         s = ns3.run_dumbbell(flows=sc.flows, bw_mbps=sc.bw_mbps, rtt_ms=list(sc.rtt_ms),
                              buffer_pkts=max(1, sc.buffer_pkts - 1), loss=sc.loss, cc=sc.cc,
                              duration_s=sc.duration_s, seed=seed,
-                             hystart_detect=hystart_detect)
+                             hystart_detect=hystart)
         return _from_summary(s, sc.flows, float(s.get("sim", {}).get("wall_s", 0.0)))
 
     jobs = [(sc, seed) for sc in scenarios for seed in seeds]
@@ -617,10 +614,12 @@ def run_ns3_seeds(scenarios: Sequence[Scenario], seeds: Sequence[int], workers: 
 
 def ns3_against_itself(scenarios: Sequence[Scenario], ref: Sequence[tuple[Measured, Spread]],
                        runs: Sequence[Sequence[Measured]]) -> list[Comparison]:
-    """ns-3 runs with other seeds, averaged, checked against ns-3's reference rows (``ref``,
-    seeds 1 and 2) exactly as ccjax is (``compare``): how often a model that *is* ns-3, and
-    differs from the reference only by its seeds, meets the tolerances. Its count is the most
-    any model can be expected to reach on this matrix."""
+    """Other ns-3 runs of the scenarios, averaged, checked against ns-3's reference rows
+    (``ref``, seeds 1 and 2) exactly as ccjax is (``compare``). With other seeds (the report's
+    self-check): how often a model that *is* ns-3, and differs from the reference only by its
+    seeds, meets the tolerances, the most any model can be expected to reach on this matrix.
+    With the same seeds and another configuration (the report's ns-3 CUBIC as shipped): how
+    far that configuration moves ns-3."""
     return [compare(sc, r, average(rs)[0], sp)
             for sc, (r, sp), rs in zip(scenarios, ref, runs, strict=True)]
 
@@ -919,7 +918,8 @@ __all__ = [
     "Spread", "average", "Comparison",
     "full_matrix", "ci_matrix",
     "run_ccjax", "run_ns3", "run_ns3_seeds", "ns3_against_itself", "ns3_runs_as_records",
-    "ns3_runs_from_records", "NS3_WINDOW_SENDER", "ns3_equivalent_params", "compare",
+    "ns3_runs_from_records", "NS3_WINDOW_SENDER", "NS3_HYSTART_DETECT", "ns3_equivalent_params",
+    "compare",
     "validate", "markdown_table", "as_records",
     "ns3_from_records", "ns3_reference_runs",
     "summary_counts", "rtt_order_preserved", "distance",
