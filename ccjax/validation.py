@@ -590,9 +590,9 @@ def run_ns3_seeds(scenarios: Sequence[Scenario], seeds: Sequence[int], workers: 
     """All scenarios in ns-3 with each seed, ``workers`` processes at a time; per scenario its
     runs, in the order of ``seeds``. ``hystart_detect``: TcpCubic's HyStart tests (``None``:
     ``NS3_HYSTART_DETECT``, the matrix's; ``"both"`` is ns-3's default)."""
-    hystart = NS3_HYSTART_DETECT if hystart_detect is None else hystart_detect
     from ccjax import ns3
 
+    hystart = NS3_HYSTART_DETECT if hystart_detect is None else hystart_detect
     ns3.build()
 
     def one(job: tuple[Scenario, int]) -> Measured:
@@ -601,8 +601,7 @@ def run_ns3_seeds(scenarios: Sequence[Scenario], seeds: Sequence[int], workers: 
         # the unsent rest of the packet on the wire: one packet fewer makes them the same.
         s = ns3.run_dumbbell(flows=sc.flows, bw_mbps=sc.bw_mbps, rtt_ms=list(sc.rtt_ms),
                              buffer_pkts=max(1, sc.buffer_pkts - 1), loss=sc.loss, cc=sc.cc,
-                             duration_s=sc.duration_s, seed=seed,
-                             hystart_detect=hystart)
+                             duration_s=sc.duration_s, seed=seed, hystart_detect=hystart)
         return _from_summary(s, sc.flows, float(s.get("sim", {}).get("wall_s", 0.0)))
 
     jobs = [(sc, seed) for sc in scenarios for seed in seeds]

@@ -352,8 +352,9 @@ def main(argv=None) -> int:
     ap.add_argument("--no-classic", action="store_true", help="skip the classic results")
     ap.add_argument("--ns3-from", type=Path, default=None, metavar="JSON",
                     help="read the matrix's ns-3 rows from an earlier report's JSON (ns-3 is "
-                         "deterministic per build and seed) and rerun only ccjax (ns-3's "
-                         "self-check and as-shipped runs too, where the JSON holds them)")
+                         "deterministic per build and seed) and rerun only ccjax; ns-3's "
+                         "self-check and as-shipped runs are read from it too where it holds "
+                         "them")
     ap.add_argument("--ccjax-seeds", type=int, default=len(CCJAX_SEEDS),
                     help=f"ccjax seeds averaged per scenario (one batch each; default "
                          f"{len(CCJAX_SEEDS)}, as the test suite: ns-3 runs two, whose spread "
@@ -396,17 +397,22 @@ def main(argv=None) -> int:
     self_seeds = args.ns3_self_seeds
     self_runs = None
     read = []  # which of ns-3's other runs came from --ns3-from's JSON
-    if self_seeds:
+
+    def stored_or_run(scenarios, seeds_, key: str, what: str, **kw) -> list:
+        """ns-3's runs stored under ``key`` of --ns3-from's JSON, else run now (``kw``:
+        ``run_ns3_seeds``'s)."""
         if args.ns3_from is not None:
-            self_runs = validation.ns3_runs_from_records(scen, self_seeds, args.ns3_from)
-            if self_runs is not None:
-                read.append("ns-3's runs with the other seeds")
-            if self_runs is None:
-                print(f"{args.ns3_from} holds no runs of ns-3 seeds "
-                      f"{','.join(map(str, self_seeds))} for every scenario of this matrix: "
-                      f"running them all", flush=True)
-        if self_runs is None:
-            self_runs = validation.run_ns3_seeds(scen, self_seeds, workers=args.workers)
+            runs = validation.ns3_runs_from_records(scenarios, seeds_, args.ns3_from, key=key)
+            if runs is not None:
+                read.append(what)
+                return runs
+            print(f"{args.ns3_from} does not hold {what} (seeds "
+                  f"{','.join(map(str, seeds_))}) for every scenario asked: running them",
+                  flush=True)
+        return validation.run_ns3_seeds(scenarios, seeds_, workers=args.workers, **kw)
+
+    if self_seeds:
+        self_runs = stored_or_run(scen, self_seeds, "ns3_self", "ns-3's runs with the other seeds")
         itself = validation.ns3_against_itself(scen, ref, self_runs)
         # Consecutive pairs of those seeds, as many runs as the reference has.
         pairs = []
@@ -424,17 +430,8 @@ def main(argv=None) -> int:
     cubic_scen = [scen[i] for i in cubic]
     shipped_runs = shipped = None
     if cubic and not args.no_ns3_shipped:
-        if args.ns3_from is not None:
-            shipped_runs = validation.ns3_runs_from_records(
-                cubic_scen, validation.NS3_SEEDS, args.ns3_from, key=SHIPPED_KEY)
-            if shipped_runs is not None:
-                read.append("ns-3's CUBIC as shipped")
-            else:
-                print(f"{args.ns3_from} holds no runs of ns-3's CUBIC as shipped for every "
-                      f"CUBIC scenario of this matrix: running them", flush=True)
-        if shipped_runs is None:
-            shipped_runs = validation.run_ns3_seeds(cubic_scen, validation.NS3_SEEDS,
-                                                    workers=args.workers, hystart_detect="both")
+        shipped_runs = stored_or_run(cubic_scen, validation.NS3_SEEDS, SHIPPED_KEY,
+                                     "ns-3's CUBIC as shipped", hystart_detect="both")
         shipped = validation.ns3_against_itself(cubic_scen, [ref[i] for i in cubic],
                                                 shipped_runs)
 
