@@ -70,6 +70,7 @@ def simulate(
     max_flows: int | None = None,
     window_sender: str = "paced",
     retx_loss: bool = False,
+    recovery: str = "cut",
 ) -> RunResult:
     """Simulate a batch of links, every flow driven by controller ``cc`` (one name, or one per
     flow), for ``duration_s`` seconds; returns the run with per-interval series, each
@@ -119,7 +120,8 @@ def simulate(
             f"one of {', '.join(WINDOW_SENDERS)}")
     tick_s = resolve_tick(tick_s, members, links, model)
     cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model,
-                        window_sender=window_sender, retx_loss=bool(retx_loss))
+                        window_sender=window_sender, retx_loss=bool(retx_loss),
+                        recovery=recovery)
     batch = build_links(links, cfg, horizon)
     member_params = []
     for c in members:
@@ -162,6 +164,7 @@ def run_controller(
     link_seeds: Sequence[int] | None = None,
     window_sender: str = "paced",
     retx_loss: bool = False,
+    recovery: str = "cut",
 ) -> RunResult:
     """Run a controller object (not a registered name) on every flow of ``links``.
 
@@ -184,7 +187,8 @@ def run_controller(
     require(math.isfinite(tick_s) and 1e-6 <= tick_s <= 1.0, "tick_s", tick_s, "from 1e-6 to 1 s")
     tick_s = resolve_tick(tick_s, [controller], links, model)
     cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model,
-                        window_sender=window_sender, retx_loss=bool(retx_loss))
+                        window_sender=window_sender, retx_loss=bool(retx_loss),
+                        recovery=recovery)
     batch = build_links(links, cfg, horizon)
     if link_seeds is not None:
         link_seeds = list(link_seeds)

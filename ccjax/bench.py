@@ -118,14 +118,14 @@ def bench_sim(batches=(1, 64, 1024, 8192), models=("fluid", "packet"), duration_
 
 def _run_ns3_sender(b: int, duration_s: float, tick_s: float):
     """The CUBIC dumbbell with the sender ns-3 runs (``validation``'s like-for-like settings)."""
-    from ccjax.validation import NS3_WINDOW_SENDER, ns3_equivalent_params
+    from ccjax.validation import NS3_RECOVERY, NS3_WINDOW_SENDER, ns3_equivalent_params
 
     spec = link_from_flags(**CUBIC_LINK)
     cubic = get_controller("cubic")
     return run_controller([spec] * b, cubic, ns3_equivalent_params("cubic", cubic, spec.n_flows),
                           duration_s=duration_s, model="packet", series_interval_s=duration_s,
                           tick_s=tick_s, window_sender=NS3_WINDOW_SENDER["cubic"],
-                          retx_loss=True)
+                          retx_loss=True, recovery=NS3_RECOVERY)
 
 
 def _ns3_ratio(results: list[dict], duration_s: float) -> dict:

@@ -160,6 +160,12 @@ def _add_simulate(sub) -> None:
                    help="packet model: retransmissions meet the random loss too, and a lost one "
                    "costs a loss-based sender a retransmission timeout (SACK recovery without "
                    "RACK, as in ns-3.37); default: every loss is repaired by one retransmission")
+    p.add_argument("--recovery", choices=["cut", "prr"], default="cut",
+                   help="ack-clocked window senders' loss recovery: cut (default: the window "
+                   "drops at once and the sender waits until its flight is under it) or prr "
+                   "(RFC 6937 Proportional Rate Reduction, ns-3.37's default: it keeps sending in "
+                   "proportion to what is delivered; with --retx-loss its retransmissions also "
+                   "meet drop-tail)")
     p.add_argument("--tick-ms", type=float, default=1.0,
                    help="simulator tick, the longest (default 1 ms; a run with copa uses at most "
                    "one packet time at the fastest link, e.g. 0.2 ms at 50 Mbps)")
@@ -279,7 +285,8 @@ def cmd_simulate(args) -> int:
                    model=args.model, seed=args.seed, series_interval_s=args.series_interval_s,
                    tick_s=args.tick_ms * 1e-3,
                    max_flows=args.max_flows if args.max_flows is not None else max_flows,
-                   window_sender=args.window_sender, retx_loss=args.retx_loss)
+                   window_sender=args.window_sender, retx_loss=args.retx_loss,
+                   recovery=args.recovery)
     summaries = [res.summary(i) for i in range(len(specs))]
     for s in summaries:
         for i, f in enumerate(s["flows"]):

@@ -76,6 +76,24 @@ class Totals(struct.PyTreeNode):
                    cap_bytes=s, served=s, queue_int=s, arrivals=s)
 
 
+class Prr(struct.PyTreeNode):
+    """RFC 6937 Proportional Rate Reduction of an ACK-clocked window sender in loss recovery
+    (``SimConfig.recovery == "prr"``; it stays off otherwise). Bytes, per flow."""
+
+    on: jnp.ndarray  # (F,) bool: in recovery
+    delivered: jnp.ndarray  # (F,) acked since the recovery began (RFC 6937 prr_delivered)
+    out: jnp.ndarray  # (F,) sent since the recovery began (prr_out)
+    recover_fs: jnp.ndarray  # (F,) the flight when it began (RecoverFS)
+    left: jnp.ndarray  # (F,) of that flight, not yet reported: the recovery ends at 0
+    #: (F,) the losses the last tick reported, retransmitted this tick (``retx_loss``)
+    retx_due: jnp.ndarray
+
+    @classmethod
+    def zeros(cls, F: int) -> Prr:
+        z = jnp.zeros(F, jnp.float32)
+        return cls(on=jnp.zeros(F, bool), delivered=z, out=z, recover_fs=z, left=z, retx_due=z)
+
+
 class SimState(struct.PyTreeNode):
     t: jnp.ndarray  # () int32 tick
     key: jnp.ndarray
@@ -98,6 +116,7 @@ class SimState(struct.PyTreeNode):
     flight: jnp.ndarray
     decision: Decision
     cc: Any
+    prr: Prr
     mi: MIAccum
     mi_len: jnp.ndarray  # (F,) int32 ticks of the current MI
     mi_count: jnp.ndarray  # (F,) int32 completed MIs
@@ -129,7 +148,7 @@ def init_state(
         stuck=jnp.zeros((F, 2), jnp.float32), credit=z, gain=jnp.ones(F, jnp.float32),
         # The handshake gives the first RTT sample before data flows (RFC 6298 §2).
         srtt=rtt, min_rtt=rtt, sent=z, acked=z, lost=z, flight=z, decision=dec, cc=cc_state,
-        mi=MIAccum.zeros(F, cfg.rtt_bins), mi_len=_mi_ticks(dec.mi_s, cfg),
+        prr=Prr.zeros(F), mi=MIAccum.zeros(F, cfg.rtt_bins), mi_len=_mi_ticks(dec.mi_s, cfg),
         mi_count=jnp.zeros(F, jnp.int32), mi_done=jnp.zeros(F, bool),
         last=MIStats.initial(F, cfg.rtt_bins, rtt, cfg.tick_s), tot=Totals.zeros(F, cfg.rtt_bins),
     )
@@ -348,6 +367,20 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         clocked = dec.rate <= 0
         allow = jnp.where(inflight <= 0, room, s.credit)
         burst = jnp.minimum(room, allow)
+        if cfg.recovery == "prr":
+            # RFC 6937 §3.1 with the conservative reduction bound (PRR-CRB). The controller's
+            # window is the recovery's ssthresh. While the flight (pipe) exceeds it, send in
+            # proportion to what was delivered: CEIL(prr_delivered ssthresh / RecoverFS) -
+            # prr_out; below it, no more than was delivered (ns-3.37's TcpPrrRecovery applies
+            # the slow-start bound only to ACKs of retransmitted data; taken as every ACK from
+            # one RTT into the recovery it measured further from ns-3: docs/validation-history).
+            r = s.prr
+            ssth = cwnd
+            prop = (jnp.ceil(r.delivered * ssth / jnp.maximum(r.recover_fs, PKT) / PKT - 1e-6)
+                    * PKT - r.out)
+            crb = jnp.minimum(ssth - inflight, r.delivered - r.out)
+            prr_allow = jnp.maximum(jnp.where(inflight > ssth, prop, crb), 0.0)
+            burst = jnp.where(r.on & (inflight > 0), prr_allow, burst)
         if cfg.model == "packet":
             burst = jnp.floor(burst / PKT + 1e-6) * PKT
         send = jnp.where(clocked, jnp.where(active, burst, 0.0), send)
@@ -391,6 +424,13 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
             seq = jnp.clip(jnp.floor(space / PKT + 1e-6) - ahead, 0.0, n_off)
             admit = jnp.where(bursts, PKT * seq, admit)
     dropped = send - admit  # random loss + drop-tail, what the sender will learn as lost
+    if cfg.retx_loss and cfg.recovery == "prr":
+        # What share of the other flows' packets drop-tail turned away this tick: a
+        # retransmission sent now, ahead of its own flow's packets, meets that (its own flow's
+        # share is that of the burst behind it).
+        tail = offered - admit
+        others = offered.sum() - offered
+        tail_share = jnp.where(others > 0, (tail.sum() - tail) / jnp.maximum(others, 1e-30), 0.0)
 
     # 4. FIFO departure of this tick's group (and the moment its drops become known).
     backlog = qtot + admit.sum()
@@ -451,7 +491,16 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     acked = s.acked + ack_b
     lost = s.lost + lost_b
     in_air = s.flight + send - ack_b - lost_b
-    if cfg.retx_loss:
+    if cfg.retx_loss and cfg.recovery == "prr":
+        # A sender in PRR keeps sending through its recovery, so the queue does not drain
+        # before its retransmissions: the last tick's reported losses, retransmitted now, meet
+        # the link's random loss and then this tick's drop-tail (ns-3, four NewReno flows at
+        # 10 Mbps with a 7-packet buffer: 4 of 376 drops were retransmissions, each followed
+        # by a timeout; two CUBIC flows at 50 Mbps, 1 BDP: none of 451, as the queue had room).
+        k_retx = jax.random.fold_in(k_loss, 1)
+        p_retx = link.loss + (1.0 - link.loss) * tail_share
+        retx_lost = PKT * sampling.binomial(k_retx, jnp.round(s.prr.retx_due / PKT), p_retx)
+    elif cfg.retx_loss:
         # The sender retransmits each reported loss now; the retransmission meets the link's
         # random loss like any packet (drop-tail is left out: after a reduction the queue has
         # room). It takes no capacity here: bulk senders' goodput is not modelled apart.
@@ -496,11 +545,25 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     # the exact value then.
     flight = jnp.maximum(in_air, 0.0)
     stats = finalize(mi, dt, base, srtt, min_rtt, cwnd, flight, sent / PKT)
+    prr = s.prr.replace(retx_due=lost_b)
+    if cfg.recovery == "prr":
+        # The recovery ends once everything in flight at its start has been reported (RFC
+        # 6937: on the ACK that reaches RecoveryPoint); then the window, ssthresh, bounds the
+        # sender again, and what it allows leaves with the next tick's reports.
+        r = s.prr
+        left = r.left - ack_b - lost_b
+        over = r.on & (left <= 0)
+        prr = prr.replace(on=r.on & ~over, left=left,
+                          delivered=jnp.where(r.on, r.delivered + ack_b, 0.0),
+                          out=jnp.where(r.on, r.out + send, 0.0))
+        if cfg.window_sender == "ack-clocked":
+            credit = jnp.where(over & clocked & active, cwnd, credit)
     new = SimState(
         t=t + 1, key=key, queue=queue, work=work, qline=qline, aline=aline, stuck=stuck,
         credit=credit,
         srtt=srtt, min_rtt=min_rtt, sent=sent, acked=acked, lost=lost, flight=in_air,
-        decision=dec, cc=s.cc, mi=mi, mi_len=s.mi_len, mi_count=s.mi_count + done.astype(jnp.int32),
+        decision=dec, cc=s.cc, prr=prr, mi=mi, mi_len=s.mi_len,
+        mi_count=s.mi_count + done.astype(jnp.int32),
         mi_done=done, last=s.last, tot=tot, gain=s.gain,
     )
     return Pending(state=new, stats=stats, reports=m.acked + m.lost + ack_b + lost_b,
@@ -533,6 +596,21 @@ def tick_end(cfg: SimConfig, s: SimState, p: Pending, new_cc: Any, new_dec: Deci
 
     new = part.replace(cc=cc_state, decision=decision, last=last, mi=mi, mi_len=mi_len,
                        gain=gain)
+    if cfg.recovery == "prr":
+        # A window sender that cut its window at an MI that reported a loss enters PRR, with
+        # RecoverFS the flight before this tick's losses were taken out; a cut without a loss
+        # (a delay-based decrease) is no recovery.
+        old_cwnd = jnp.maximum(part.decision.cwnd, cfg.min_cwnd)
+        new_cwnd = jnp.maximum(new_dec.cwnd, cfg.min_cwnd)
+        lost_now = part.lost - s.lost
+        cut = done & (new_dec.rate <= 0) & (new_cwnd < old_cwnd)
+        enter = cut & (lost_now > 0)
+        fs = p.flight + lost_now
+        r = new.prr
+        new = new.replace(prr=r.replace(
+            on=jnp.where(enter, True, jnp.where(cut, False, r.on)),
+            delivered=jnp.where(enter, 0.0, r.delivered), out=jnp.where(enter, 0.0, r.out),
+            recover_fs=jnp.where(enter, fs, r.recover_fs), left=jnp.where(enter, fs, r.left)))
     if live is None:
         return new
     qline, aline = new.qline, new.aline

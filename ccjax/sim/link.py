@@ -26,6 +26,7 @@ MODELS = ("fluid", "packet")
 MAX_RTT_MS = 1e5
 #: how window-based senders (``Decision.rate == 0``) put their window on the wire
 WINDOW_SENDERS = ("paced", "ack-clocked")
+RECOVERIES = ("cut", "prr")
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,15 @@ class SimConfig:
     #: Off: every loss is recovered by its first retransmission (Linux's RACK-TLP finds a lost
     #: retransmission within about an RTT)
     retx_loss: bool = False
+    #: ack-clocked window senders' loss recovery. "cut": the window drops to the controller's
+    #: reduced value at once and the sender waits until its flight is below it (RFC 5681/6582
+    #: at MI granularity). "prr": RFC 6937 Proportional Rate Reduction with its conservative
+    #: bound, ns-3.37's default recovery (``TcpPrrRecovery``): while the flight exceeds the
+    #: reduced window the sender sends in proportion to what is delivered, then no more than is
+    #: delivered, so it keeps sending through the recovery. Its retransmissions then compete
+    #: for the buffer: with ``retx_loss`` each is also lost at the drop-tail share the other
+    #: flows' packets met in the tick it is sent (see ``core.tick_begin``)
+    recovery: str = "cut"
 
     def __post_init__(self) -> None:
         require(self.model in MODELS, "model", self.model, f"one of {', '.join(MODELS)}")
@@ -80,6 +90,11 @@ class SimConfig:
         require(self.min_cwnd > 0, "min_cwnd", self.min_cwnd, "> 0 bytes")
         require(not self.retx_loss or self.model == "packet", "retx_loss", self.retx_loss,
                 "False with the fluid model (it draws whole retransmissions: packet model only)")
+        require(self.recovery in RECOVERIES, "recovery", self.recovery,
+                f"one of {', '.join(RECOVERIES)}")
+        require(self.recovery == "cut" or self.window_sender == "ack-clocked", "recovery",
+                self.recovery, "'cut' with paced window senders ('prr' needs "
+                "window_sender='ack-clocked': a paced sender sends at cwnd/srtt)")
 
 
 class LinkParams(struct.PyTreeNode):
@@ -248,7 +263,8 @@ def plan(
     require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s, "> 0 s")
     base = SimConfig(n_flows=n_flows or max(s.n_flows for s in specs), **{
         k: v for k, v in overrides.items()
-        if k in ("tick_s", "model", "rtt_bins", "window_sender", "spread_ticks", "retx_loss")})
+        if k in ("tick_s", "model", "rtt_bins", "window_sender", "spread_ticks", "retx_loss",
+                  "recovery")})
     tick = base.tick_s
     horizon = int(math.ceil(duration_s / tick))
     k = 1
@@ -266,7 +282,8 @@ def plan(
     cfg = SimConfig(
         n_flows=base.n_flows, tick_s=tick, model=base.model, rtt_bins=base.rtt_bins,
         window_sender=base.window_sender, spread_ticks=base.spread_ticks,
-        retx_loss=base.retx_loss, queue_horizon=overrides.get("queue_horizon", qh),
+        retx_loss=base.retx_loss, recovery=base.recovery,
+        queue_horizon=overrides.get("queue_horizon", qh),
         ack_horizon=overrides.get("ack_horizon", ah), schedule_len=k,
     )
     return cfg, horizon
