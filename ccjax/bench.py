@@ -4,8 +4,9 @@ Two workloads: the default scenario of ``ccjax simulate`` (constant-rate flows) 
 CUBIC dumbbell; for the latter also the ratio of ccjax's simulated flow-seconds per wall-clock
 second (packet model, batch 1024) to ns-3's on the same dumbbell, both measured in the same run.
 The ratio compares like with like: ccjax runs the sender ns-3 runs, as the cross-validation
-does (``validation``: ns-3's CUBIC arithmetic, ACK-clocked, lost retransmissions; ns-3 gets one
-buffer packet fewer, as its device also holds the packet on the wire), an extra workload row
+does (``validation``: ns-3's CUBIC arithmetic, ACK-clocked, PRR recovery, lost
+retransmissions; ns-3 gets one buffer packet fewer, as its device also holds the packet on the
+wire), an extra workload row
 ``cubic-ns3``; the ratio of ccjax's default CUBIC (paced, RFC 9438) is given beside it.
 
 An *env-step* is one monitor interval (MI) of one link, the unit an RL environment steps in; a

@@ -630,7 +630,7 @@ def cmd_bench(args) -> int:
                 f"{n['timed']}: {n['flow_seconds_per_s']:,.1f} flow-s per wall s")
         if "ratio" in n:
             line += (f"; ccjax packet model with ns-3's sender (ns-3's CUBIC arithmetic, "
-                     f"ACK-clocked), batch {n['ccjax_batch']}: "
+                     f"ACK-clocked, PRR), batch {n['ccjax_batch']}: "
                      f"{n['ccjax_flow_seconds_per_s']:,.0f} flow-s/s = {n['ratio']:,.0f}x ns-3")
         if "default_cubic_ratio" in n:
             line += (f" (ccjax's default CUBIC, paced: "

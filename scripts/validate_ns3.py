@@ -125,15 +125,51 @@ def _retx_note(scen, ref, rows, noretx, n_ok) -> str:
         f"senders in the tables {rate(ours[True]) if ours[True] else 'none'} with 1 % loss "
         f"and {rate(ours[False]) if ours[False] else 'none'} without (the run summary's "
         "`timeouts`: RFC 6298 expiries). ccjax's packet model draws each reported loss's "
-        "retransmission against the link's random loss (`retx_loss`, `ccjax simulate "
-        "--retx-loss`; off by default, since Linux's RACK-TLP repairs a lost retransmission "
-        "within about an RTT) and a loss-based sender then holds "
+        "retransmission against the link's random loss and, in PRR (below), the drop-tail it "
+        "meets (`retx_loss`, `ccjax simulate --retx-loss`; off by default, since Linux's "
+        "RACK-TLP repairs a lost retransmission within about an RTT) and a loss-based sender "
+        "then holds "
         "its recovery open until the timer fires. For Vegas this matters most: a timeout drops "
         "its window to one packet and its ssthresh to one packet below the window, and under "
         "random loss Vegas (which climbs one packet per RTT and falls back to ssthresh at "
         "every loss) does not climb back. The tables use it; without it "
         f"{n_ok['noretx']} of {len(noretx)} scenarios are within every tolerance "
         f"({ok_by_cc(noretx)}), with it {n_ok['tables']} ({ok_by_cc(rows)})."
+    )
+
+
+def _recovery_note(rows, cut, n_ok) -> str:
+    """PRR: what ns-3 does, what ccjax models of it, and the count without it (this run)."""
+    from ccjax import validation
+
+    def ok_by_cc(rs) -> str:
+        return ", ".join(f"{cc} {sum(r.ok for r in rs if r.scenario.cc == cc)}"
+                         for cc in validation.VALIDATED_CC)
+
+    return (
+        "Recovery. ns-3.37 recovers from a loss with Proportional Rate Reduction (RFC 6937, "
+        "`TcpPrrRecovery`): while its flight exceeds the new ssthresh it sends in proportion to "
+        "what is delivered, then no more than is delivered, so it keeps sending through the "
+        "recovery. ccjax's ACK-clocked senders do the same here (`SimConfig.recovery = \"prr\"`, "
+        "`validation.NS3_RECOVERY`, `ccjax simulate --recovery prr`), with RFC 6937's "
+        "conservative bound: ns-3 applies the slow-start bound only to ACKs of retransmitted "
+        "data, which ccjax's MI statistics do not single out (taken as every ACK from one RTT "
+        "into the recovery, it measured further from ns-3). Such a sender does not wait for the "
+        "queue to drain, so its retransmissions compete for the buffer: each is also lost at "
+        "the drop-tail share the other flows' packets met in the tick it is sent (ns-3, four "
+        "NewReno flows at 10 Mbps, 7-packet buffer, seed 1: 4 of 376 drops were "
+        "retransmissions, each followed by a timeout; two CUBIC flows at 50 Mbps, 1 BDP: none "
+        "of 451 retransmissions was dropped, the queue having drained). ACK-clocked NewReno "
+        "halves ns-3's "
+        "FlightSize at recovery entry, RFC 6675's pipe at the third duplicate ACK: the three "
+        "segments SACKed above the hole are out of it and the two limited transmit sent are "
+        "in, one packet below the flight when ccjax reports the hole (`NewRenoParams.ns3_pipe`; "
+        "two flows at 10 Mbps, 0.25 BDP, seed 1: ns-3's ssthresh after a loss averaged 9.9 "
+        "packets, ccjax's 10.65 without it; PRR without it kept 0.882 of that link where ns-3 "
+        "keeps 0.843). With the window cut at once instead (`recovery = \"cut\"`, the "
+        f"simulator's default) {n_ok['cut']} of {len(cut)} scenarios are within every "
+        f"tolerance ({ok_by_cc(cut)}; distance {validation.distance(cut):.1f}), with PRR "
+        f"{n_ok['tables']} ({ok_by_cc(rows)}; {validation.distance(rows):.1f})."
     )
 
 
@@ -463,6 +499,9 @@ def main(argv=None) -> int:
     # The packet model without lost retransmissions (every loss repaired by one retransmission,
     # as with Linux's RACK): what modelling ns-3's retransmission timeouts changes.
     noretx = against_ns3(model="packet", retx_loss=False)
+    # The packet model with the window cut at once after a loss (the simulator's default), not
+    # ns-3's PRR: what modelling PRR changes.
+    cut = against_ns3(model="packet", recovery="cut")
     # The tables' count with each half of the seeds alone (how far a mean of half as many seeds
     # moves it), and with two ccjax seeds, as many as ns-3's (with four seeds, the first half).
     halves = []
@@ -474,7 +513,7 @@ def main(argv=None) -> int:
         n_two = sum(r.ok for r in against_ns3(model="packet", seeds=(1, 2)))
     pcounts, fcounts, acounts = by_cc(rows), by_cc(fluid), by_cc(paced)
     n_ok = {name: sum(r.ok for r in rs) for name, rs in
-            (("tables", rows), ("noretx", noretx), ("pacedall", paced))}
+            (("tables", rows), ("noretx", noretx), ("pacedall", paced), ("cut", cut))}
     cc_ok = {cc: {name: sum(r.ok for r in rs if r.scenario.cc == cc)
                   for name, rs in (("tables", rows), ("paced", paced))}
              for cc in validation.VALIDATED_CC}
@@ -500,8 +539,8 @@ def main(argv=None) -> int:
         "Each scenario runs in ns-3.37 (`sims/ns3/dumbbell.cc`: TcpNewReno, TcpCubic, TcpVegas "
         "with SACK and PRR recovery, one ACK per packet, 1448-byte payloads in 1500-byte packets, "
         "the bottleneck's drop-tail queue the only queue, random loss on data packets before the "
-        "queue) with seeds 1 and 2, and in ccjax's packet model (1 ms ticks, lost "
-        f"retransmissions on: see below) with {len(seeds)} seeds of its own, averaged (ccjax "
+        "queue) with seeds 1 and 2, and in ccjax's packet model (1 ms ticks, PRR recovery and "
+        f"lost retransmissions: see below) with {len(seeds)} seeds of its own, averaged (ccjax "
         "runs a scenario's seeds as one batch; with fewer seeds its own run-to-run noise decides "
         "rows, under random loss and where slow start's exits split the link"
         + ("".join(f"; with seeds {h[0]}-{h[-1]} alone {k}" for h, k in halves)
@@ -630,8 +669,9 @@ def main(argv=None) -> int:
         f"{n_runaway} of its {n_cubic_loss} CUBIC runs "
         "under 1 % loss (the one traced is this), where ccjax's is about 1 to 3 %. Modelled in "
         "ccjax, a fifth of its runs under loss ran away further, to drop rates of 0.6 to 0.9, "
-        "and 44 scenarios met every tolerance: ccjax's recovery refills the window as loss "
-        "reports free it, where ns-3's PRR sends in proportion to what is delivered.",
+        "and 44 scenarios met every tolerance: ccjax's recovery then refilled the window as loss "
+        "reports freed it (measured before ccjax had PRR, below), where ns-3's PRR sends in "
+        "proportion to what is delivered.",
         "",
         "Vegas and the smoothed RTT. ns-3.37 hands a congestion control the RTT estimator's "
         "smoothed RTT, not the sample (`TcpSocketBase::EstimateRtt` sets `m_lastRtt` to "
@@ -657,6 +697,8 @@ def main(argv=None) -> int:
         "window ccjax's Vegas kept more of the link than ns-3's with 2 and 4 flows (9 of the "
         "15 such scenarios within every tolerance, 44 of the 60 Vegas scenarios, eight ccjax "
         "seeds); with the window now, 14 and 49.",
+        "",
+        _recovery_note(rows, cut, n_ok),
         "",
         _retx_note(scen, ref, rows, noretx, n_ok),
         "",

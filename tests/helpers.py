@@ -13,12 +13,12 @@ from ccjax.units import mbps_to_bytes_per_s
 
 def tick_trace(spec: LinkSpec, model: str, rate_mbps, duration_s: float, seed: int = 0,
                window_pkts: float | None = None, window_sender: str = "paced",
-               controller=None):
+               controller=None, **cfg_kw):
     """Run one link for ``duration_s`` and return per-tick arrays (numpy) of the state.
 
     The flows run ``Const`` at ``rate_mbps``, a ``FixedWindow`` of ``window_pkts``, or
-    ``controller`` with its default parameters."""
-    cfg, horizon = plan([spec], duration_s, model=model, window_sender=window_sender)
+    ``controller`` with its default parameters. ``cfg_kw`` go to ``plan`` (``SimConfig``)."""
+    cfg, horizon = plan([spec], duration_s, model=model, window_sender=window_sender, **cfg_kw)
     link = jax.tree.map(lambda x: x[0], build_links([spec], cfg, horizon))
     if controller is not None:
         ctl = controller
@@ -38,7 +38,10 @@ def tick_trace(spec: LinkSpec, model: str, rate_mbps, duration_s: float, seed: i
         rec = dict(sent=s.sent, acked=s.acked, lost=s.lost, queue=s.queue,
                    inflight=in_flight(s, link, cfg), delivered=s.tot.delivered,
                    served=s.tot.served, qtot=s.queue.sum(), srtt=s.srtt, mi_done=s.mi_done,
-                   dropped=s.tot.dropped)
+                   dropped=s.tot.dropped, flight=s.flight, cwnd=s.decision.cwnd,
+                   prr_on=s.prr.on, prr_delivered=s.prr.delivered, prr_out=s.prr.out,
+                   prr_fs=s.prr.recover_fs, retx_lost_mi=s.mi.retx_lost,
+                   retx_lost_last=s.last.retx_lost_bytes)
         return s, rec
 
     n = int(round(duration_s / cfg.tick_s))

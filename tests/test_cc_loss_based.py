@@ -121,6 +121,21 @@ def test_newreno_slow_start_loss_halves_the_window_its_acks_had_grown():
     assert pkts(s.ssthresh) == pytest.approx(20.0) and pkts(d.cwnd) == pytest.approx(20.0)
 
 
+def test_newreno_ns3_pipe_halves_one_packet_less_than_the_flight():
+    """``ns3_pipe``: ns-3 halves RFC 6675's pipe at the third duplicate ACK, one packet below
+    the flight when the hole is reported (three SACKed out, two limited-transmit sends in);
+    without it the whole flight is halved."""
+    c = NewReno()
+    p = c.default_params(1).replace(ns3_pipe=jnp.ones(1, bool))
+    s0, _ = c.init(p, jnp.full(1, RTT))
+    s0 = s0.replace(cwnd=jnp.full(1, 40 * MSS), ssthresh=jnp.full(1, 30 * MSS))
+    s, d = c.on_interval(s0, mi(acked_pkts=30, lost_pkts=1, inflight_pkts=40), p)
+    assert pkts(s.ssthresh) == pytest.approx(19.5) and pkts(d.cwnd) == pytest.approx(19.5)
+    s, _ = c.on_interval(s0, mi(acked_pkts=30, lost_pkts=1, inflight_pkts=40),
+                         c.default_params(1))
+    assert pkts(s.ssthresh) == pytest.approx(20.0)
+
+
 def test_newreno_timeout_resets_to_one_packet():
     c = NewReno()
     p = c.default_params(1)

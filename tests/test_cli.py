@@ -77,6 +77,17 @@ def test_simulate_retx_loss_flag(capsys):
     _one_line_error(code, err, "retx_loss", "packet")
 
 
+def test_simulate_recovery_flag(capsys):
+    """``--recovery prr`` runs with ACK-clocked window senders and is a one-line error with
+    paced ones (the default), before anything runs."""
+    args = ("simulate", "--json", "--duration-s", "3", "--flows", "2", "--cc", "newreno",
+            "--buffer-pkts", "8", "--recovery", "prr")
+    code, out, _ = _run(capsys, *args, "--window-sender", "ack-clocked", "--retx-loss")
+    assert code == 0 and json.loads(out)["link"]["utilization"] > 0.5
+    code, _, err = _run(capsys, *args)
+    _one_line_error(code, err, "recovery", "ack-clocked")
+
+
 def test_simulate_scenario_batch(capsys):
     code, out, _ = _run(capsys, "simulate", "--scenario", "mocc-train", "--links", "3",
                         "--duration-s", "1", "--json", "--rate-mbps", "2")
