@@ -495,9 +495,12 @@ NS3_WINDOW_SENDER = {"newreno": "ack-clocked", "cubic": "ack-clocked", "vegas": 
 #: (``NewRenoParams.ns3_pipe``). Measured, thirty-two ccjax seeds against the stored ns-3
 #: runs (``scripts/score_matrix.py``; A the report's reference, B ten other ns-3 seeds),
 #: within every tolerance and distance: "cut" 149 (116.6) and 145 (112.8); "prr" 153 (113.4)
-#: and 146 (111.7). PRR alone kept more of a small buffer's link than ns-3's NewReno (two
-#: flows, 10 Mbps, 0.25 BDP: 0.882 against 0.843), which the pipe gives back. The 2026-11-27
-#: entries of docs/validation-history.md have the steps.
+#: and 146 (111.7). With the report's sixteen seeds the draw goes the other way: 148 (116.1)
+#: against 149 (115.2, "cut" with the pipe). PRR alone kept more of a small buffer's link than
+#: ns-3's NewReno (two flows, 10 Mbps, 0.25 BDP: 0.882 against 0.843), which the pipe gives
+#: back in part. Without random loss ccjax's timeouts per flow per 30 s come to ns-3's (NewReno
+#: 0.21 and 0.21, CUBIC 0.33 and 0.28; 0.05 each before). The 2026-11-27 entries of
+#: docs/validation-history.md have the steps.
 NS3_RECOVERY = "prr"
 
 

@@ -83,7 +83,10 @@ def test_simulate_recovery_flag(capsys):
     args = ("simulate", "--json", "--duration-s", "3", "--flows", "2", "--cc", "newreno",
             "--buffer-pkts", "8", "--recovery", "prr")
     code, out, _ = _run(capsys, *args, "--window-sender", "ack-clocked", "--retx-loss")
-    assert code == 0 and json.loads(out)["link"]["utilization"] > 0.5
+    d = json.loads(out)
+    assert code == 0 and d["link"]["utilization"] > 0.5
+    assert (d["sim"]["window_sender"], d["sim"]["recovery"], d["sim"]["retx_loss"]) == (
+        "ack-clocked", "prr", True)
     code, _, err = _run(capsys, *args)
     _one_line_error(code, err, "recovery", "ack-clocked")
 

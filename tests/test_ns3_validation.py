@@ -543,7 +543,7 @@ def test_score_script_counts_blocks_and_their_mean_against_both_references(capsy
         return real(scenarios, **kw)
 
     monkeypatch.setattr(v, "run_ccjax", recording)
-    name = "newreno 1f 10Mbps 40ms 1BDP loss0.01"
+    name = "newreno 1f 10Mbps 40ms 1BDP loss0"  # within every tolerance with any seeds
     assert mod.main(["--cc", "newreno,newreno", "--only", name, "--blocks", "2",
                      "--block-size", "2", "--misses"]) == 0
     assert seen == [(1, 2), (3, 4)]  # one block after another, each its own seeds

@@ -329,5 +329,6 @@ def summarize(res: RunResult, i: int = 0) -> dict:
         "link": linkd,
         "sim": {"model": cfg.model, "ticks": res.timeline.total_ticks, "tick_s": dt,
                 "series_interval_s": res.timeline.interval_ticks * dt,
-                "wall_s": res.wall_s, "compile_s": res.compile_s},
+                "window_sender": cfg.window_sender, "recovery": cfg.recovery,
+                "retx_loss": cfg.retx_loss, "wall_s": res.wall_s, "compile_s": res.compile_s},
     }
