@@ -494,8 +494,8 @@ NS3_WINDOW_SENDER = {"newreno": "ack-clocked", "cubic": "ack-clocked", "vegas": 
 #: then also meet drop-tail), with NewReno's FlightSize at a loss as ns-3 counts it
 #: (``NewRenoParams.ns3_pipe``). Measured, thirty-two ccjax seeds against the stored ns-3
 #: runs (``scripts/score_matrix.py``; A the report's reference, B ten other ns-3 seeds),
-#: within every tolerance and distance: "cut" 149 (116.6) and 145 (112.8); "prr" 153 (113.4)
-#: and 146 (111.7). With the report's sixteen seeds the draw goes the other way: 148 (116.1)
+#: within every tolerance and distance: "cut" 149 (116.6) and 145 (112.8); "prr" 152 (113.7)
+#: and 146 (112.0). With the report's sixteen seeds the draw goes the other way: 148 (116.0)
 #: against 149 (115.2, "cut" with the pipe). PRR alone kept more of a small buffer's link than
 #: ns-3's NewReno (two flows, 10 Mbps, 0.25 BDP: 0.882 against 0.843), which the pipe gives
 #: back in part. Without random loss ccjax's timeouts per flow per 30 s come to ns-3's (NewReno
@@ -504,14 +504,14 @@ NS3_WINDOW_SENDER = {"newreno": "ack-clocked", "cubic": "ack-clocked", "vegas": 
 NS3_RECOVERY = "prr"
 
 
-def ns3_equivalent_params(cc: str, ctl, n_flows: int, per_ack: bool = True):
+def ns3_equivalent_params(cc: str, ctl, n_flows: int, per_ack: bool = False):
     """ccjax's parameters for ``cc`` that match what ns-3.37 implements.
 
-    ``per_ack``: the sender stands for ns-3's per-ACK one (ACK-clocked, packet model; the
-    report's tables). Only then does NewReno take ns-3's FlightSize at recovery entry, RFC
-    6675's pipe at the third duplicate ACK (``ns3_pipe``): it corrects for when the simulator
-    reports the hole relative to the ACKs around it, measured with that sender (with paced
-    senders it cost NewReno 7 of its 48 scenarios).
+    ``per_ack`` (default False; ``run_ccjax`` sets it): the sender stands for ns-3's per-ACK
+    one (ACK-clocked, packet model; the report's tables). Only then does NewReno take ns-3's
+    FlightSize at recovery entry, RFC 6675's pipe at the third duplicate ACK (``ns3_pipe``):
+    it corrects for when the simulator reports the hole relative to the ACKs around it,
+    measured with that sender (with paced senders it cost NewReno 7 of its 48 scenarios).
 
     ns-3.37's TcpCubic has no Reno-friendly region (RFC 9438 §4.3; its state has no W_est), so
     ccjax's CUBIC runs without it here. Its HyStart, with the delay test alone as the matrix runs it

@@ -125,7 +125,7 @@ def _retx_note(scen, ref, rows, noretx, n_ok) -> str:
         f"senders in the tables {rate(ours[True]) if ours[True] else 'none'} with 1 % loss "
         f"and {rate(ours[False]) if ours[False] else 'none'} without (the run summary's "
         "`timeouts`: RFC 6298 expiries). ccjax's packet model draws each reported loss's "
-        "retransmission against the link's random loss and, in PRR (below), the drop-tail it "
+        "retransmission against the link's random loss and, in PRR (above), the drop-tail it "
         "meets (`retx_loss`, `ccjax simulate --retx-loss`; off by default, since Linux's "
         "RACK-TLP repairs a lost retransmission within about an RTT) and a loss-based sender "
         "then holds "
@@ -156,7 +156,8 @@ def _recovery_note(rows, cut, n_ok) -> str:
         "data, which ccjax's MI statistics do not single out (taken as every ACK from one RTT "
         "into the recovery, it measured further from ns-3). Such a sender does not wait for the "
         "queue to drain, so its retransmissions compete for the buffer: each is also lost at "
-        "the drop-tail share the other flows' packets met in the tick it is sent (ns-3, four "
+        "the drop-tail share the other flows' packets met in the tick it is sent (so never "
+        "when its flow is alone on the link; ns-3, four "
         "NewReno flows at 10 Mbps, 7-packet buffer, seed 1: 4 of 376 drops were "
         "retransmissions, each followed by a timeout; two CUBIC flows at 50 Mbps, 1 BDP: none "
         "of 451 retransmissions was dropped, the queue having drained). ACK-clocked NewReno "
@@ -167,9 +168,9 @@ def _recovery_note(rows, cut, n_ok) -> str:
         "two flows at 10 Mbps, 0.25 BDP, seed 1: ns-3's ssthresh after a loss averaged 9.9 "
         "packets, ccjax's 10.65 without it; PRR without it kept 0.882 of that link where ns-3 "
         "keeps 0.843). With the window cut at once instead (`recovery = \"cut\"`, the "
-        f"simulator's default) {n_ok['cut']} of {len(cut)} scenarios are within every "
-        f"tolerance ({ok_by_cc(cut)}; distance {validation.distance(cut):.1f}), with PRR "
-        f"{n_ok['tables']} ({ok_by_cc(rows)}; {validation.distance(rows):.1f})."
+        f"simulator's default; NewReno's pipe kept) {n_ok['cut']} of {len(cut)} scenarios are "
+        f"within every tolerance ({ok_by_cc(cut)}; distance {validation.distance(cut):.1f}), "
+        f"with PRR {n_ok['tables']} ({ok_by_cc(rows)}; {validation.distance(rows):.1f})."
     )
 
 

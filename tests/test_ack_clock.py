@@ -170,3 +170,17 @@ def test_bad_recovery_is_refused():
     spec = link_from_flags(flows=1, bw_mbps=10.0, rtt_ms=[40.0])
     with pytest.raises(ConfigError, match="needs window_sender='ack-clocked'"):
         simulate([spec], cc="newreno", recovery="prr")
+
+
+def test_prr_is_no_recovery_for_a_whole_flight_lost_unseen_nor_after_a_timeout():
+    """Four first windows of 10 packets into an 8-packet buffer: flows that lose their whole
+    window get no duplicate ACK and wait for their timer with nothing in flight (the controller
+    drops its window to one packet meanwhile). That is no PRR recovery, and a window at the
+    floor (the timeout) ends one, so slow start after it is not held to PRR's bound."""
+    spec = link_from_flags(flows=4, bw_mbps=10.0, rtt_ms=[100.0], buffer_pkts=8)
+    r = tick_trace(spec, "packet", None, 2.5, window_sender="ack-clocked",
+                   controller=NewReno(), recovery="prr", retx_loss=True)[3]
+    floor = r["cwnd"] <= PKT + 1e-3
+    assert floor[100:].any(axis=0).sum() >= 1  # some flow waited for its timer
+    assert r["prr_on"].any()  # and recoveries did happen
+    assert not (r["prr_on"] & floor).any()

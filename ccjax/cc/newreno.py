@@ -361,7 +361,7 @@ class NewReno:
         # window less 2.4 packets (1.4 lost), ccjax less 1.9 (1.0 lost): ssthresh 9.9 against
         # 10.65 packets. (At higher rates some of the three share the hole's tick and are out
         # of the flight already; the packet subtracted then overshoots by up to as many.)
-        pipe_less = jnp.where(params.ns3_pipe & ev.loss & ~ev.timeout, MSS, 0.0)
+        pipe_less = jnp.where(params.ns3_pipe & ev.loss, MSS, 0.0)
         ssthresh_red = jnp.maximum(0.5 * (ev.flight + owed - pipe_less), 2.0 * MSS)
         # (A reduction never raises the window: after a timeout the flight can exceed cwnd.)
         cwnd_new = jnp.where(ev.loss, jnp.minimum(ssthresh_red, cwnd),

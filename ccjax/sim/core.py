@@ -284,6 +284,7 @@ class Pending(NamedTuple):
     stats: MIStats
     reports: jnp.ndarray  # (F,) bytes the ending MI had reported (acked + lost), this tick's too
     flight: jnp.ndarray  # (F,) bytes in flight as the sender knows them after this tick
+    lost: jnp.ndarray  # (F,) bytes this tick reported lost
 
 
 def tick(
@@ -374,6 +375,9 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
             # prr_out; below it, no more than was delivered (ns-3.37's TcpPrrRecovery applies
             # the slow-start bound only to ACKs of retransmitted data; taken as every ACK from
             # one RTT into the recovery it measured further from ns-3: docs/validation-history).
+            # prr_out counts new data only: retransmissions take no capacity in the simulator
+            # (``retx_loss``), so the new data puts on the link what RFC 6937's sndcnt, new data
+            # and retransmissions together, puts there.
             r = s.prr
             ssth = cwnd
             prop = (jnp.ceil(r.delivered * ssth / jnp.maximum(r.recover_fs, PKT) / PKT - 1e-6)
@@ -498,7 +502,10 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         # 10 Mbps with a 7-packet buffer: 4 of 376 drops were retransmissions, each followed
         # by a timeout; two CUBIC flows at 50 Mbps, 1 BDP: none of 451, as the queue had room).
         k_retx = jax.random.fold_in(k_loss, 1)
-        p_retx = link.loss + (1.0 - link.loss) * tail_share
+        # (only window senders recover through PRR; a rate-based sender's retransmissions
+        # meet the random loss alone, as without PRR)
+        window = dec.rate <= 0
+        p_retx = link.loss + (1.0 - link.loss) * jnp.where(window, tail_share, 0.0)
         retx_lost = PKT * sampling.binomial(k_retx, jnp.round(s.prr.retx_due / PKT), p_retx)
     elif cfg.retx_loss:
         # The sender retransmits each reported loss now; the retransmission meets the link's
@@ -545,13 +552,15 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     # the exact value then.
     flight = jnp.maximum(in_air, 0.0)
     stats = finalize(mi, dt, base, srtt, min_rtt, cwnd, flight, sent / PKT)
-    prr = s.prr.replace(retx_due=lost_b)
+    prr = s.prr
+    if cfg.recovery == "prr" and cfg.retx_loss:
+        prr = prr.replace(retx_due=lost_b)
     if cfg.recovery == "prr":
         # The recovery ends once everything in flight at its start has been reported (RFC
         # 6937: on the ACK that reaches RecoveryPoint); then the window, ssthresh, bounds the
-        # sender again, and what it allows leaves with the next tick's reports.
+        # sender again, and the room it leaves may all go next tick (ns-3 sends it at once).
         r = s.prr
-        left = r.left - ack_b - lost_b
+        left = jnp.where(r.on, r.left - ack_b - lost_b, r.left)
         over = r.on & (left <= 0)
         prr = prr.replace(on=r.on & ~over, left=left,
                           delivered=jnp.where(r.on, r.delivered + ack_b, 0.0),
@@ -567,7 +576,7 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         mi_done=done, last=s.last, tot=tot, gain=s.gain,
     )
     return Pending(state=new, stats=stats, reports=m.acked + m.lost + ack_b + lost_b,
-                   flight=flight)
+                   flight=flight, lost=lost_b)
 
 
 def tick_end(cfg: SimConfig, s: SimState, p: Pending, new_cc: Any, new_dec: Decision,
@@ -597,18 +606,21 @@ def tick_end(cfg: SimConfig, s: SimState, p: Pending, new_cc: Any, new_dec: Deci
     new = part.replace(cc=cc_state, decision=decision, last=last, mi=mi, mi_len=mi_len,
                        gain=gain)
     if cfg.recovery == "prr":
-        # A window sender that cut its window at an MI that reported a loss enters PRR, with
-        # RecoverFS the flight before this tick's losses were taken out; a cut without a loss
-        # (a delay-based decrease) is no recovery.
+        # A window sender that cut its window at an MI that reported a loss, with data still
+        # in flight, enters PRR, with RecoverFS the flight before this tick's losses were taken
+        # out. A cut without a loss (a delay-based decrease) is no recovery, nor is a whole
+        # flight lost unseen (``newreno.stall_cwnd``: nothing in flight, the controller waits
+        # for its timer); a window at the floor (a timeout) ends one.
         old_cwnd = jnp.maximum(part.decision.cwnd, cfg.min_cwnd)
         new_cwnd = jnp.maximum(new_dec.cwnd, cfg.min_cwnd)
-        lost_now = part.lost - s.lost
-        cut = done & (new_dec.rate <= 0) & (new_cwnd < old_cwnd)
-        enter = cut & (lost_now > 0)
-        fs = p.flight + lost_now
+        window = done & (new_dec.rate <= 0)
+        cut = window & (new_cwnd < old_cwnd)
+        enter = cut & (p.lost > 0) & (p.flight > 0)
+        leave = cut | window & (new_cwnd <= cfg.min_cwnd)
+        fs = p.flight + p.lost
         r = new.prr
         new = new.replace(prr=r.replace(
-            on=jnp.where(enter, True, jnp.where(cut, False, r.on)),
+            on=jnp.where(enter, True, jnp.where(leave, False, r.on)),
             delivered=jnp.where(enter, 0.0, r.delivered), out=jnp.where(enter, 0.0, r.out),
             recover_fs=jnp.where(enter, fs, r.recover_fs), left=jnp.where(enter, fs, r.left)))
     if live is None:

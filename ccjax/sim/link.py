@@ -59,8 +59,9 @@ class SimConfig:
     #: tick's group of an ACK-clocked sender spans about two; a first window of 10 packets at
     #: 10 Mbps twelve); what a longer burst has left leaves with its last byte (late, never early)
     spread_ticks: int = 16
-    #: packet model: each reported loss is retransmitted at once, and the retransmission is lost
-    #: at the link's random loss rate (``MIStats.retx_lost_bytes``); a loss-based sender then
+    #: packet model: each reported loss is retransmitted at once (in PRR, ``recovery``, the next
+    #: tick, when it also meets drop-tail), and the retransmission is lost at the link's random
+    #: loss rate (``MIStats.retx_lost_bytes``); a loss-based sender then
     #: waits for its retransmission timer, as RFC 6675 SACK recovery without RACK does (ns-3.37).
     #: Off: every loss is recovered by its first retransmission (Linux's RACK-TLP finds a lost
     #: retransmission within about an RTT)
@@ -95,6 +96,9 @@ class SimConfig:
         require(self.recovery == "cut" or self.window_sender == "ack-clocked", "recovery",
                 self.recovery, "'cut' with paced window senders ('prr' needs "
                 "window_sender='ack-clocked': a paced sender sends at cwnd/srtt)")
+        require(self.recovery == "cut" or self.model == "packet", "recovery", self.recovery,
+                "'cut' with the fluid model ('prr' counts whole packets, RFC 6937's CEIL: "
+                "packet model only)")
 
 
 class LinkParams(struct.PyTreeNode):
