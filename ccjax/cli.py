@@ -165,7 +165,7 @@ def _add_simulate(sub) -> None:
                    "drops at once and the sender waits until its flight is under it) or prr "
                    "(RFC 6937 Proportional Rate Reduction, ns-3.37's default: it keeps sending in "
                    "proportion to what is delivered; with --retx-loss its retransmissions also "
-                   "meet drop-tail)")
+                   "meet drop-tail; needs --window-sender ack-clocked and the packet model)")
     p.add_argument("--tick-ms", type=float, default=1.0,
                    help="simulator tick, the longest (default 1 ms; a run with copa uses at most "
                    "one packet time at the fastest link, e.g. 0.2 ms at 50 Mbps)")

@@ -84,7 +84,10 @@ class Prr(struct.PyTreeNode):
     delivered: jnp.ndarray  # (F,) acked since the recovery began (RFC 6937 prr_delivered)
     out: jnp.ndarray  # (F,) sent since the recovery began (prr_out)
     recover_fs: jnp.ndarray  # (F,) the flight when it began (RecoverFS)
-    left: jnp.ndarray  # (F,) of that flight, not yet reported: the recovery ends at 0
+    #: (F,) of RecoverFS, not yet reported: the recovery ends at 0. RecoverFS includes the losses
+    #: that began it, whose retransmissions take no capacity and send no reports here: that many
+    #: reports after the flight's stand in for their ACKs, which end RFC 6937's recovery
+    left: jnp.ndarray
     #: (F,) the losses the last tick reported, retransmitted this tick (``retx_loss``)
     retx_due: jnp.ndarray
 
