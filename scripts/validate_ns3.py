@@ -90,11 +90,17 @@ def classic_results(duration_s: float, seeds: tuple[int, ...], workers: int) -> 
     return "\n".join(lines), raw
 
 
+def _ok_by_cc(rows) -> str:
+    """Scenarios within every tolerance per controller, e.g. "newreno 53, cubic 48, vegas 47"."""
+    from ccjax import validation
+
+    return ", ".join(f"{cc} {sum(r.ok for r in rows if r.scenario.cc == cc)}"
+                     for cc in validation.VALIDATED_CC)
+
+
 def _retx_note(scen, ref, rows, noretx, n_ok) -> str:
     """Lost retransmissions: ns-3's timeout counts and what modelling them changes (this run)."""
     import numpy as np
-
-    from ccjax import validation
 
     lossy = [(sc, r[0]) for sc, r in zip(scen, ref, strict=True) if sc.loss > 0]
     clean = [(sc, r[0]) for sc, r in zip(scen, ref, strict=True) if sc.loss == 0]
@@ -111,10 +117,6 @@ def _retx_note(scen, ref, rows, noretx, n_ok) -> str:
     # ccjax's own count (the run summary's ``timeouts``), for the tables' packet model
     ours = {loss: [(r.scenario, r.ccjax) for r in rows if (r.scenario.loss > 0) == loss]
             for loss in (True, False)}
-
-    def ok_by_cc(rs) -> str:
-        return ", ".join(f"{cc} {sum(r.ok for r in rs if r.scenario.cc == cc)}"
-                         for cc in validation.VALIDATED_CC)
 
     return (
         "Lost retransmissions. ns-3.37 recovers with SACK (RFC 6675) and PRR and has no RACK, so "
@@ -134,17 +136,13 @@ def _retx_note(scen, ref, rows, noretx, n_ok) -> str:
         "random loss Vegas (which climbs one packet per RTT and falls back to ssthresh at "
         "every loss) does not climb back. The tables use it; without it "
         f"{n_ok['noretx']} of {len(noretx)} scenarios are within every tolerance "
-        f"({ok_by_cc(noretx)}), with it {n_ok['tables']} ({ok_by_cc(rows)})."
+        f"({_ok_by_cc(noretx)}), with it {n_ok['tables']} ({_ok_by_cc(rows)})."
     )
 
 
 def _recovery_note(rows, cut, n_ok) -> str:
     """PRR: what ns-3 does, what ccjax models of it, and the count without it (this run)."""
     from ccjax import validation
-
-    def ok_by_cc(rs) -> str:
-        return ", ".join(f"{cc} {sum(r.ok for r in rs if r.scenario.cc == cc)}"
-                         for cc in validation.VALIDATED_CC)
 
     return (
         "Recovery. ns-3.37 recovers from a loss with Proportional Rate Reduction (RFC 6937, "
@@ -169,8 +167,8 @@ def _recovery_note(rows, cut, n_ok) -> str:
         "packets, ccjax's 10.65 without it; PRR without it kept 0.882 of that link where ns-3 "
         "keeps 0.843). With the window cut at once instead (`recovery = \"cut\"`, the "
         f"simulator's default; NewReno's pipe kept) {n_ok['cut']} of {len(cut)} scenarios are "
-        f"within every tolerance ({ok_by_cc(cut)}; distance {validation.distance(cut):.1f}), "
-        f"with PRR {n_ok['tables']} ({ok_by_cc(rows)}; {validation.distance(rows):.1f})."
+        f"within every tolerance ({_ok_by_cc(cut)}; distance {validation.distance(cut):.1f}), "
+        f"with PRR {n_ok['tables']} ({_ok_by_cc(rows)}; {validation.distance(rows):.1f})."
     )
 
 
