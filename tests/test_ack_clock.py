@@ -167,6 +167,8 @@ def test_bad_recovery_is_refused():
         SimConfig(recovery="fast")
     with pytest.raises(ConfigError, match="recovery='prr' is invalid: 'cut' with paced"):
         SimConfig(recovery="prr")
+    with pytest.raises(ConfigError, match="'cut' with the fluid model"):
+        SimConfig(recovery="prr", window_sender="ack-clocked", model="fluid")
     spec = link_from_flags(flows=1, bw_mbps=10.0, rtt_ms=[40.0])
     with pytest.raises(ConfigError, match="needs window_sender='ack-clocked'"):
         simulate([spec], cc="newreno", recovery="prr")
