@@ -431,13 +431,6 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
             seq = jnp.clip(jnp.floor(space / PKT + 1e-6) - ahead, 0.0, n_off)
             admit = jnp.where(bursts, PKT * seq, admit)
     dropped = send - admit  # random loss + drop-tail, what the sender will learn as lost
-    if cfg.retx_loss and cfg.recovery == "prr":
-        # What share of the other flows' packets drop-tail turned away this tick: a
-        # retransmission sent now, ahead of its own flow's packets, meets that (its own flow's
-        # share is that of the burst behind it).
-        tail = offered - admit
-        others = offered.sum() - offered
-        tail_share = jnp.where(others > 0, (tail.sum() - tail) / jnp.maximum(others, 1e-30), 0.0)
 
     # 4. FIFO departure of this tick's group (and the moment its drops become known).
     backlog = qtot + admit.sum()
@@ -498,25 +491,31 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     acked = s.acked + ack_b
     lost = s.lost + lost_b
     in_air = s.flight + send - ack_b - lost_b
-    if cfg.retx_loss and cfg.recovery == "prr":
-        # A sender in PRR keeps sending through its recovery, so the queue does not drain
-        # before its retransmissions: the last tick's reported losses, retransmitted now, meet
-        # the link's random loss and then this tick's drop-tail (ns-3, four NewReno flows at
-        # 10 Mbps with a 7-packet buffer: 4 of 376 drops were retransmissions, each followed
-        # by a timeout; two CUBIC flows at 50 Mbps, 1 BDP: none of 451, as the queue had room).
+    if cfg.retx_loss:
+        # The sender retransmits each reported loss; the retransmission meets the link's random
+        # loss like any packet. It takes no capacity here: bulk senders' goodput is not
+        # modelled apart. (its own stream, derived so that every other draw is the same with
+        # and without it)
         k_retx = jax.random.fold_in(k_loss, 1)
-        # (only window senders recover through PRR; a rate-based sender's retransmissions
-        # meet the random loss alone, as without PRR)
-        window = dec.rate <= 0
-        p_retx = link.loss + (1.0 - link.loss) * jnp.where(window, tail_share, 0.0)
-        retx_lost = PKT * sampling.binomial(k_retx, jnp.round(s.prr.retx_due / PKT), p_retx)
-    elif cfg.retx_loss:
-        # The sender retransmits each reported loss now; the retransmission meets the link's
-        # random loss like any packet (drop-tail is left out: after a reduction the queue has
-        # room). It takes no capacity here: bulk senders' goodput is not modelled apart.
-        # (its own stream, derived so that every other draw is the same with and without it)
-        k_retx = jax.random.fold_in(k_loss, 1)
-        retx_lost = PKT * sampling.binomial(k_retx, jnp.round(lost_b / PKT), link.loss)
+        if cfg.recovery == "prr":
+            # A sender in PRR keeps sending through its recovery, so the queue does not drain
+            # before its retransmissions: the last tick's reported losses, retransmitted now,
+            # also meet this tick's drop-tail, at the share of the other flows' packets it
+            # turned away (a retransmission goes ahead of its own flow's packets; ns-3, four
+            # NewReno flows at 10 Mbps with a 7-packet buffer: 4 of 376 drops were
+            # retransmissions, each followed by a timeout; two CUBIC flows at 50 Mbps, 1 BDP:
+            # none of 451, as the queue had room). Only window senders recover through PRR; a
+            # rate-based sender's retransmissions meet the random loss alone.
+            tail = offered - admit
+            others = offered.sum() - offered
+            tail_share = jnp.where(others > 0,
+                                   (tail.sum() - tail) / jnp.maximum(others, 1e-30), 0.0)
+            due = s.prr.retx_due
+            p_retx = link.loss + (1.0 - link.loss) * jnp.where(dec.rate <= 0, tail_share, 0.0)
+        else:
+            # (at once: after a cut the queue has room, so drop-tail is left out)
+            due, p_retx = lost_b, link.loss
+        retx_lost = PKT * sampling.binomial(k_retx, jnp.round(due / PKT), p_retx)
     else:
         retx_lost = jnp.zeros_like(lost_b)
 
