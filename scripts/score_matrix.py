@@ -16,6 +16,7 @@ only moves the count of a single block of eight seeds may be noise (four blocks 
 
     .venv/bin/python scripts/score_matrix.py                 # all three, 4 blocks of 8 seeds
     .venv/bin/python scripts/score_matrix.py --cc vegas --blocks 2 --misses
+    .venv/bin/python scripts/score_matrix.py --recovery cut  # the window cut at once
 
 About 75 s per block of eight seeds for all three controllers on the 2-core AMD EPYC guest.
 """
@@ -65,6 +66,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the report's JSON holding ns-3's runs (default docs/validation.json)")
     ap.add_argument("--misses", action="store_true",
                     help="also list the scenarios outside some tolerance against each reference")
+    ap.add_argument("--recovery", choices=("cut", "prr"), default=None,
+                    help="the ACK-clocked senders' loss recovery (SimConfig.recovery; default "
+                         "validation.NS3_RECOVERY, as the report runs them)")
     args = ap.parse_args(argv)
     if args.blocks < 1:
         ap.error(f"--blocks {args.blocks}: must be an integer >= 1")
@@ -116,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
             (v.average(list(a) + list(b))[0], v.average(a)[1])
             for a, b in zip(ref12, more, strict=True)]
         runs = [v.run_ccjax(scen, seeds=range(1 + k * args.block_size,
-                                               1 + (k + 1) * args.block_size))
+                                               1 + (k + 1) * args.block_size),
+                            recovery=args.recovery)
                 for k in range(args.blocks)]
         # the mean of all blocks: each block's mean weighs alike (equal block sizes)
         mean = [v.average([b[i] for b in runs])[0] for i in range(len(scen))]

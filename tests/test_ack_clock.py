@@ -3,13 +3,18 @@ spread delivery of packet groups they need."""
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ccjax.api import link_from_flags, simulate
 from ccjax.cc.newreno import NewReno
 from ccjax.errors import ConfigError
 from ccjax.sim import LinkSpec, SimConfig
+from ccjax.sim.core import _allocate_packets
 from ccjax.units import PACKET_BYTES as PKT
 
 from .helpers import tick_trace
@@ -186,3 +191,41 @@ def test_prr_is_no_recovery_for_a_whole_flight_lost_unseen_nor_after_a_timeout()
     assert floor[100:].any(axis=0).sum() >= 1  # some flow waited for its timer
     assert r["prr_on"].any()  # and recoveries did happen
     assert not (r["prr_on"] & floor).any()
+
+
+_admit = jax.jit(_allocate_packets)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 12)), min_size=1, max_size=4),
+       st.integers(0, 40), st.integers(0, 2**31 - 1))
+def test_drop_tail_admits_the_ack_clock_before_the_growth(flows, space, seed):
+    """Drop-tail with ACK-clocked senders (``sim.core._allocate_packets``): the packets that
+    replace what left (``first``) take the room before a window's growth. Whole packets, never
+    more than offered, as many as fit; the growth gets in only once every replacing packet has,
+    and where the replacing packets alone overflow, no growth gets in at all."""
+    first = np.array([f for f, _ in flows], np.float32)
+    offered = first + np.array([g for _, g in flows], np.float32)
+    pad = 4 - len(flows)  # one compiled shape
+    first, offered = np.pad(first, (0, pad)), np.pad(offered, (0, pad))
+    a = np.asarray(_admit(jnp.asarray(offered), jnp.float32(space), jax.random.PRNGKey(seed),
+                          jnp.asarray(first)))
+    assert np.all(a == np.round(a)) and np.all(a >= 0) and np.all(a <= offered)
+    assert a.sum() == min(space, offered.sum())
+    if first.sum() <= space:
+        assert np.all(a >= first)
+    else:
+        assert np.all(a <= first)
+
+
+def test_drop_tail_turns_away_the_growth_in_a_full_tick():
+    """One tick's worth: flow 0 sends two packets that replace what left, flow 1 two such and
+    one of growth, into room for four. Drop-tail turns away the growth (every draw); drawn
+    without regard to the ACK clock, flow 0 would lose the packet in about two draws of five."""
+    offered, first = jnp.asarray([2.0, 3.0]), jnp.asarray([2.0, 2.0])
+    keys = jax.random.split(jax.random.PRNGKey(0), 200)
+    clocked = jax.vmap(lambda k: _admit(offered, jnp.float32(4.0), k, first))(keys)
+    assert np.all(np.asarray(clocked) == [2.0, 2.0])
+    alike = np.asarray(jax.vmap(lambda k: _admit(offered, jnp.float32(4.0), k))(keys))
+    assert np.all(alike.sum(1) == 4.0)
+    assert 0.25 < np.mean(alike[:, 0] == 1.0) < 0.55

@@ -8,7 +8,8 @@ Per tick ``t`` of a link:
    draw per flow in the packet model);
 3. drop-tail admission: the queue may hold ``buffer_bytes`` after this tick's service, so at most
    ``buffer + service(t) - Q`` bytes enter; the excess is dropped, shared among flows in proportion
-   to what they offered (packet model: whole packets, remainders to random flows);
+   to what they offered (packet model: whole packets, remainders to random flows; ACK-clocked
+   senders' packets that replace what left go in first, so the growth meets a full queue);
 4. FIFO departure: the admitted group's last byte leaves at ``x = inv(cum(t) + Q + admitted)``
    (``capacity``), exact for any capacity schedule because a FIFO link stays busy until its backlog
    is gone; its queueing delay is ``x - (t + 1)`` (arrivals are spread over the tick). The group,
@@ -108,6 +109,9 @@ class SimState(struct.PyTreeNode):
     credit: jnp.ndarray  # (F,) pacing credit in bytes (packet model); for ack-clocked window
     #                      senders, the bytes the last tick's ACKs and loss reports let them send
     gain: jnp.ndarray  # (F,) ack-clocked window senders: extra bytes sent per byte reported
+    # (F,) ack-clocked window senders: the bytes the last tick's reports freed that this tick's
+    # packets replace (at most a packet of it carried): their ACK clock, as against growth
+    clock: jnp.ndarray
     srtt: jnp.ndarray  # (F,) s
     min_rtt: jnp.ndarray  # (F,) s
     sent: jnp.ndarray  # (F,) cumulative bytes sent
@@ -149,6 +153,7 @@ def init_state(
         qline=jnp.zeros((cfg.queue_horizon, F, _NFIELD), jnp.float32),
         aline=jnp.zeros((cfg.ack_horizon, F, _NFIELD), jnp.float32),
         stuck=jnp.zeros((F, 2), jnp.float32), credit=z, gain=jnp.ones(F, jnp.float32),
+        clock=z,
         # The handshake gives the first RTT sample before data flows (RFC 6298 §2).
         srtt=rtt, min_rtt=rtt, sent=z, acked=z, lost=z, flight=z, decision=dec, cc=cc_state,
         prr=Prr.zeros(F), mi=MIAccum.zeros(F, cfg.rtt_bins), mi_len=_mi_ticks(dec.mi_s, cfg),
@@ -157,13 +162,24 @@ def init_state(
     )
 
 
-def _allocate_packets(offered: jnp.ndarray, space: jnp.ndarray, key: jnp.ndarray) -> jnp.ndarray:
+def _allocate_packets(offered: jnp.ndarray, space: jnp.ndarray, key: jnp.ndarray,
+                      first: jnp.ndarray | None = None) -> jnp.ndarray:
     """Admit at most ``space`` whole packets of ``offered`` (F,) packets, as drop-tail does when
     packets arrive in random order: each flow gets its proportional share rounded down, and the
     remaining packets go to flows with probability equal to their fractional part (systematic
-    sampling), so every offered packet has the same chance of being admitted."""
+    sampling), so every offered packet has the same chance of being admitted.
+
+    ``first`` (F,), at most ``offered``: packets that take the room before the rest, which
+    shares what they leave as above (ACK clocking: each replaces a packet that left)."""
     total = offered.sum()
-    exact = offered * jnp.minimum(space / jnp.maximum(total, 1.0), 1.0)
+    if first is None:
+        exact = offered * jnp.minimum(space / jnp.maximum(total, 1.0), 1.0)
+    else:
+        f_tot = first.sum()
+        rest = offered - first
+        left = jnp.maximum(space - f_tot, 0.0)
+        exact = (first * jnp.minimum(space / jnp.maximum(f_tot, 1e-30), 1.0)
+                 + rest * jnp.minimum(left / jnp.maximum(rest.sum(), 1e-30), 1.0))
     base = jnp.floor(exact)
     c = jnp.cumsum(exact - base)
     u = jax.random.uniform(key)
@@ -391,6 +407,8 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         if cfg.model == "packet":
             burst = jnp.floor(burst / PKT + 1e-6) * PKT
         send = jnp.where(clocked, jnp.where(active, burst, 0.0), send)
+        # the part of it that replaces what the last tick's reports freed (its ACK clock)
+        replaced = jnp.where(clocked, jnp.minimum(send, s.clock), send)
 
     # 2. Random loss on the link (before the queue, so lost packets take no buffer).
     if cfg.model == "fluid":
@@ -415,7 +433,17 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     if cfg.model == "fluid":
         admit = offered * jnp.minimum(space / jnp.maximum(offered.sum(), 1e-30), 1.0)
     else:
-        admit = PKT * _allocate_packets(offered / PKT, jnp.floor(space / PKT + 1e-6), k_drop)
+        if cfg.window_sender == "ack-clocked":
+            # Drop-tail turns away what arrives at a full queue. An ACK-clocked packet takes the
+            # place of one that left, so a full queue admits it; a window's growth (the second
+            # packet of a slow-start ACK, congestion avoidance's one more per RTT) arrives on
+            # top and meets the full queue: the flow that grows loses the packet. Random loss
+            # strikes either kind alike.
+            first = jnp.minimum(offered, replaced) / PKT
+        else:
+            first = None
+        admit = PKT * _allocate_packets(offered / PKT, jnp.floor(space / PKT + 1e-6), k_drop,
+                                        first)
         if cfg.window_sender == "ack-clocked":
             # A group made only of bursts from senders with nothing in flight (the first
             # windows at time 0, restarts) arrives one flow's burst after another, back to back
@@ -487,6 +515,10 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         carry = jnp.clip(allow - send, 0.0, PKT)
         credit = jnp.where(clocked, jnp.where(active, (1.0 + s.gain) * reported + carry, 0.0),
                            credit)
+        clock = jnp.where(clocked & active,
+                          reported + jnp.minimum(s.clock - jnp.minimum(send, s.clock), PKT), 0.0)
+    else:
+        clock = s.clock
     sent = s.sent + send
     acked = s.acked + ack_b
     lost = s.lost + lost_b
@@ -575,7 +607,7 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         srtt=srtt, min_rtt=min_rtt, sent=sent, acked=acked, lost=lost, flight=in_air,
         decision=dec, cc=s.cc, prr=prr, mi=mi, mi_len=s.mi_len,
         mi_count=s.mi_count + done.astype(jnp.int32),
-        mi_done=done, last=s.last, tot=tot, gain=s.gain,
+        mi_done=done, last=s.last, tot=tot, gain=s.gain, clock=clock,
     )
     return Pending(state=new, stats=stats, reports=m.acked + m.lost + ack_b + lost_b,
                    flight=flight, lost=lost_b)
