@@ -494,13 +494,15 @@ NS3_WINDOW_SENDER = {"newreno": "ack-clocked", "cubic": "ack-clocked", "vegas": 
 #: then also meet drop-tail), with NewReno's FlightSize at a loss as ns-3 counts it
 #: (``NewRenoParams.ns3_pipe``). Measured, thirty-two ccjax seeds against the stored ns-3
 #: runs (``scripts/score_matrix.py``; A the report's reference, B ten other ns-3 seeds),
-#: within every tolerance and distance: "cut" 149 (116.6) and 145 (112.8); "prr" 152 (113.7)
-#: and 146 (112.0). With the report's sixteen seeds the draw goes the other way: 148 (116.0)
-#: against 149 (115.2, "cut" with the pipe). PRR alone kept more of a small buffer's link than
-#: ns-3's NewReno (two flows, 10 Mbps, 0.25 BDP: 0.882 against 0.843), which the pipe gives
-#: back in part. Without random loss ccjax's timeouts per flow per 30 s come to ns-3's (NewReno
-#: 0.21 and 0.21, CUBIC 0.33 and 0.28; 0.05 each before). The 2026-11-27 entries of
-#: docs/validation-history.md have the steps.
+#: within every tolerance and distance, with the drop order at an ACK-clocked queue
+#: (``sim.core``, 2026-11-27's sixth session): "cut" 152 (112.9) and 145 (114.2); "prr" 154
+#: (111.9) and 145 (110.6); before it "cut" 149 (116.6) and 145 (112.8), "prr" 152 (113.7)
+#: and 146 (112.0). With the report's sixteen seeds the draw goes the other way: 150 (113.3)
+#: against 152 (113.1, "cut" with the pipe). PRR alone kept more of a small buffer's link than
+#: ns-3's NewReno (two flows, 10 Mbps, 0.25 BDP: 0.872 against 0.843; 0.882 before the drop
+#: order), which the pipe gives back in part (0.860). Without random loss ccjax's timeouts per
+#: flow per 30 s come to ns-3's (NewReno 0.21 and 0.21, CUBIC 0.34 and 0.28; 0.05 each before).
+#: The 2026-11-27 entries of docs/validation-history.md have the steps.
 NS3_RECOVERY = "prr"
 
 

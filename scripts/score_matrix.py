@@ -149,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
                 print("  outside against B:", ", ".join(b[2]) or "none")
     with_b = (f", against B {total['B'][0]} ({total['B'][1]:.1f})"
               + ("" if all_b else " (only the controllers with B)") if has_b else "")
+    rec = args.recovery or f"{v.NS3_RECOVERY} (validation.NS3_RECOVERY)"
     print(f"all: blocks against A {blocks_total}; all seeds against A {total['A'][0]} "
-          f"({total['A'][1]:.1f}){with_b}; {time.perf_counter() - t0:.0f} s")
+          f"({total['A'][1]:.1f}){with_b}; recovery {rec}; {time.perf_counter() - t0:.0f} s")
     return 0
 
 

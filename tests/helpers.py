@@ -41,7 +41,7 @@ def tick_trace(spec: LinkSpec, model: str, rate_mbps, duration_s: float, seed: i
                    dropped=s.tot.dropped, flight=s.flight, cwnd=s.decision.cwnd,
                    prr_on=s.prr.on, prr_delivered=s.prr.delivered, prr_out=s.prr.out,
                    prr_fs=s.prr.recover_fs, retx_lost_mi=s.mi.retx_lost,
-                   retx_lost_last=s.last.retx_lost_bytes)
+                   retx_lost_last=s.last.retx_lost_bytes, clock=s.clock)
         return s, rec
 
     n = int(round(duration_s / cfg.tick_s))

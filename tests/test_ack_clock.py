@@ -229,3 +229,31 @@ def test_drop_tail_turns_away_the_growth_in_a_full_tick():
     alike = np.asarray(jax.vmap(lambda k: _admit(offered, jnp.float32(4.0), k))(keys))
     assert np.all(alike.sum(1) == 4.0)
     assert 0.25 < np.mean(alike[:, 0] == 1.0) < 0.55
+
+
+def test_a_flow_loses_its_clock_only_once_every_growth_is_turned_away():
+    """The drop order as the simulator runs it (``tick_begin``): four ACK-clocked NewReno flows
+    fill a 50 Mbps link and its 20-packet buffer, without random loss. In a tick, the packets a
+    flow sends beyond what its last tick's reports freed (``SimState.clock``) are its growth.
+    Whenever drop-tail turns away more of some flow than its growth, every flow's growth that
+    tick was turned away (drawn without regard to the clock, as before 2026-11-27, this fails);
+    and ``clock`` is each tick's reports plus what of the last tick's clock went unspent (at
+    most a packet)."""
+    spec = LinkSpec(bandwidth_mbps=(50.0,), buffer_pkts=20, rtt_ms=(40.0, 40.0, 40.0, 40.0),
+                    start_s=(0.0, 0.05, 0.1, 0.15))
+    _, _, _, r = tick_trace(spec, "packet", None, 3.0, window_sender="ack-clocked",
+                            controller=NewReno())
+    send = np.diff(r["sent"], axis=0)
+    drop = np.diff(r["dropped"], axis=0)
+    reported = np.diff(r["acked"] + r["lost"], axis=0)
+    clock_before = r["clock"][:-1]
+    growth = send - np.minimum(send, clock_before)
+    eps = 1.0
+    over = (drop > growth + eps).any(axis=1)
+    assert (drop > 0).any(axis=1).sum() > 20  # drop-tail was busy
+    assert over.sum() > 0  # and sometimes the clock itself overflowed
+    assert np.all(drop[over] >= growth[over] - eps)
+    spent = np.minimum(send, clock_before)
+    expect = reported + np.minimum(clock_before - spent, PKT)
+    active = r["clock"][1:] > 0
+    np.testing.assert_allclose(r["clock"][1:][active], expect[active], atol=1e-2)

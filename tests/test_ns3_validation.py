@@ -540,7 +540,10 @@ def test_score_script_counts_blocks_and_their_mean_against_both_references(capsy
 
     def recording(scenarios, **kw):
         seen.append(tuple(kw["seeds"]))
+        recoveries.append(kw.get("recovery"))
         return real(scenarios, **kw)
+
+    recoveries: list = []
 
     monkeypatch.setattr(v, "run_ccjax", recording)
     name = "newreno 1f 10Mbps 40ms 1BDP loss0"  # within every tolerance with any seeds
@@ -553,6 +556,10 @@ def test_score_script_counts_blocks_and_their_mean_against_both_references(capsy
     assert "outside against A: none" in out
     assert "all: blocks against A [1, 1]; all seeds against A 1" in out
     assert out.count("newreno: of 1") == 1  # a controller named twice is scored once
+    assert recoveries == [None, None] and f"recovery {v.NS3_RECOVERY} (" in out
+    assert mod.main(["--cc", "newreno", "--only", name, "--blocks", "1", "--block-size", "1",
+                     "--recovery", "cut"]) == 0
+    assert recoveries[-1] == "cut" and "; recovery cut;" in capsys.readouterr().out
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     for argv, msg in ((["--cc", "bbr"], "name one or more of newreno, cubic, vegas"),
@@ -560,7 +567,8 @@ def test_score_script_counts_blocks_and_their_mean_against_both_references(capsy
                       (["--only", "no such"], "not a scenario of the matrix"),
                       (["--cc", "cubic", "--only", name], "none of them is a scenario of --cc "
                                                           "cubic"),
-                      (["--report", str(bad)], "holds no per-seed ns-3 runs")):
+                      (["--report", str(bad)], "holds no per-seed ns-3 runs"),
+                      (["--recovery", "fast"], "invalid choice: 'fast'")):
         seen.clear()
         with pytest.raises(SystemExit):
             mod.main(argv)

@@ -109,9 +109,10 @@ class SimState(struct.PyTreeNode):
     credit: jnp.ndarray  # (F,) pacing credit in bytes (packet model); for ack-clocked window
     #                      senders, the bytes the last tick's ACKs and loss reports let them send
     gain: jnp.ndarray  # (F,) ack-clocked window senders: extra bytes sent per byte reported
-    # (F,) ack-clocked window senders: the bytes the last tick's reports freed that this tick's
-    # packets replace (at most a packet of it carried): their ACK clock, as against growth
-    clock: jnp.ndarray
+    clock: jnp.ndarray  # (F,) ack-clocked window senders: the bytes the last tick's reports
+    #                     freed, which this tick's packets replace (up to a packet of it carried
+    #                     while unspent): their ACK clock, as against the window's growth (0 for
+    #                     a rate-based flow, whose paced packets all count as the clock's)
     srtt: jnp.ndarray  # (F,) s
     min_rtt: jnp.ndarray  # (F,) s
     sent: jnp.ndarray  # (F,) cumulative bytes sent
@@ -167,10 +168,11 @@ def _allocate_packets(offered: jnp.ndarray, space: jnp.ndarray, key: jnp.ndarray
     """Admit at most ``space`` whole packets of ``offered`` (F,) packets, as drop-tail does when
     packets arrive in random order: each flow gets its proportional share rounded down, and the
     remaining packets go to flows with probability equal to their fractional part (systematic
-    sampling), so every offered packet has the same chance of being admitted.
+    sampling), so without ``first`` every offered packet has the same chance of being admitted.
 
     ``first`` (F,), at most ``offered``: packets that take the room before the rest, which
-    shares what they leave as above (ACK clocking: each replaces a packet that left)."""
+    shares what they leave as above (ACK clocking: each takes the place of a packet its flow's
+    reports freed)."""
     total = offered.sum()
     if first is None:
         exact = offered * jnp.minimum(space / jnp.maximum(total, 1.0), 1.0)
@@ -407,7 +409,8 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         if cfg.model == "packet":
             burst = jnp.floor(burst / PKT + 1e-6) * PKT
         send = jnp.where(clocked, jnp.where(active, burst, 0.0), send)
-        # the part of it that replaces what the last tick's reports freed (its ACK clock)
+        # the part of it that replaces what the last tick's reports freed (its ACK clock); a
+        # rate-based flow's packets, spread evenly by its pacer, all count as the clock's
         replaced = jnp.where(clocked, jnp.minimum(send, s.clock), send)
 
     # 2. Random loss on the link (before the queue, so lost packets take no buffer).
@@ -438,12 +441,12 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
             # place of one that left, so a full queue admits it; a window's growth (the second
             # packet of a slow-start ACK, congestion avoidance's one more per RTT) arrives on
             # top and meets the full queue: the flow that grows loses the packet. Random loss
-            # strikes either kind alike.
-            first = jnp.minimum(offered, replaced) / PKT
+            # strikes either kind alike (in expectation).
+            clock_pkts = replaced * offered / jnp.maximum(send, 1e-30) / PKT
         else:
-            first = None
+            clock_pkts = None
         admit = PKT * _allocate_packets(offered / PKT, jnp.floor(space / PKT + 1e-6), k_drop,
-                                        first)
+                                        clock_pkts)
         if cfg.window_sender == "ack-clocked":
             # A group made only of bursts from senders with nothing in flight (the first
             # windows at time 0, restarts) arrives one flow's burst after another, back to back
@@ -515,6 +518,8 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         carry = jnp.clip(allow - send, 0.0, PKT)
         credit = jnp.where(clocked, jnp.where(active, (1.0 + s.gain) * reported + carry, 0.0),
                            credit)
+        # (loss reports count too: the packet sent for one fills the gap its loss left in the
+        # flow's arrivals; counting ACKs alone measured no closer to ns-3: docs/validation-history)
         clock = jnp.where(clocked & active,
                           reported + jnp.minimum(s.clock - jnp.minimum(send, s.clock), PKT), 0.0)
     else:
@@ -537,7 +542,12 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
             # NewReno flows at 10 Mbps with a 7-packet buffer: 4 of 376 drops were
             # retransmissions, each followed by a timeout; two CUBIC flows at 50 Mbps, 1 BDP:
             # none of 451, as the queue had room). Only window senders recover through PRR; a
-            # rate-based sender's retransmissions meet the random loss alone.
+            # rate-based sender's retransmissions meet the random loss alone. The share is of
+            # all the other flows' packets, the ACK clock's and the growth's together (drop-tail
+            # takes the growth first, above): ns-3 sends a recovery's first retransmission on
+            # top of what PRR's count allows (``EnterRecovery``'s ``DoRetransmit``), neither
+            # quite the clock's packet nor the growth's; this share kept ccjax's timeouts
+            # without random loss at ns-3's (docs/validation-history).
             tail = offered - admit
             others = offered.sum() - offered
             tail_share = jnp.where(others > 0,
