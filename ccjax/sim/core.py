@@ -520,8 +520,7 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
                            credit)
         # (loss reports count too: the packet sent for one fills the gap its loss left in the
         # flow's arrivals; counting ACKs alone measured no closer to ns-3: docs/validation-history)
-        clock = jnp.where(clocked & active,
-                          reported + jnp.minimum(s.clock - jnp.minimum(send, s.clock), PKT), 0.0)
+        clock = jnp.where(clocked & active, reported + jnp.minimum(s.clock - replaced, PKT), 0.0)
     else:
         clock = s.clock
     sent = s.sent + send
