@@ -144,6 +144,14 @@ def _add_simulate(sub) -> None:
                    "closer where the last would start after three quarters of the run: evenly "
                    "within them)")
     p.add_argument("--stop-s", type=_floats("stop_s"), default=None, help="flow stop times")
+    p.add_argument("--handshake", action="store_true", default=None,
+                   help="each flow opens with a SYN exchange: its data starts one base RTT after "
+                   "its start time, and its RTT estimate starts from the handshake's sample, "
+                   "which carries the queue the SYN met (as in ns-3 and real TCP; default: data "
+                   "from the start time, the estimate from the base RTT)")
+    p.add_argument("--access-ms", type=_floats("access_ms"), default=None,
+                   help="one-way delay from each sender to the bottleneck, one or one per flow, "
+                   "at most half its RTT (default 0): when its packets and SYN meet the queue")
     p.add_argument("--buffer-pkts", type=float, default=None,
                    help="drop-tail buffer in packets (default one BDP of the largest RTT, at the "
                    "trace's mean rate with --trace)")
@@ -181,7 +189,7 @@ def _add_simulate(sub) -> None:
 
 #: the flags that build an explicit dumbbell; a scenario brings its own links
 _DUMBBELL_FLAGS = ("flows", "bw_mbps", "rtt_ms", "start_s", "stop_s", "buffer_pkts", "loss",
-                   "trace")
+                   "trace", "handshake", "access_ms")
 
 
 def _links_for(args):
@@ -233,7 +241,8 @@ def _links_for(args):
         rtt_ms=rtts, start_s=start,
         stop_s=args.stop_s, buffer_pkts=args.buffer_pkts,
         loss=0.0 if args.loss is None else args.loss, trace=trace,
-        trace_name=args.trace or "trace")
+        trace_name=args.trace or "trace", handshake=bool(args.handshake),
+        access_ms=args.access_ms)
     from ccjax.cc.registry import get_controller
     from ccjax.sim.resolution import resolve_tick
 

@@ -435,6 +435,16 @@ def scenario_seed(sc: Scenario, seed: int) -> int:
     return zlib.crc32(f"{sc.name} {sc.duration_s:g} {seed}".encode())
 
 
+def ns3_access_ms(rtt_ms: Sequence[float]) -> list[float]:
+    """Each flow's one-way delay to the bottleneck in ``sims/ns3/dumbbell.cc``: its access link,
+    ``rtt/2 - btlDelay`` with the default ``btlDelay = min(rtt)/4``. ccjax runs the matrix with
+    these and the handshake (``LinkSpec.handshake``, ``access_ms``), so that each flow's SYN and
+    first data meet the queue when ns-3's do: flow i's data reaches the bottleneck at
+    ``rtt_i + access_i``, 25 and 145 ms for flows of 20 and 100 ms."""
+    btl = min(rtt_ms) / 4.0
+    return [r / 2.0 - btl for r in rtt_ms]
+
+
 def run_ccjax(scenarios: Sequence[Scenario], model: str = "packet", seeds: Sequence[int] = (1, 2),
               window_sender: str | None = None, retx_loss: bool = True,
               recovery: str | None = None) -> list[Measured]:
@@ -456,7 +466,8 @@ def run_ccjax(scenarios: Sequence[Scenario], model: str = "packet", seeds: Seque
         jobs = [(i, seed) for i in idx for seed in seeds]
         specs = [link_from_flags(flows=scenarios[i].flows, bw_mbps=scenarios[i].bw_mbps,
                                  rtt_ms=list(scenarios[i].rtt_ms),
-                                 buffer_pkts=scenarios[i].buffer_pkts, loss=scenarios[i].loss)
+                                 buffer_pkts=scenarios[i].buffer_pkts, loss=scenarios[i].loss,
+                                 handshake=True, access_ms=ns3_access_ms(scenarios[i].rtt_ms))
                  for i, _ in jobs]
         ctl = get_controller(cc)
         n_flows = max(s.n_flows for s in specs)

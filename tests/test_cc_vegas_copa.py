@@ -181,8 +181,11 @@ def test_vegas_slow_start_exit_takes_the_measured_rate_when_lower():
     s, _ = c.init(p, jnp.full(1, RTT))
     full = jnp.full(1, 80 * MSS)
     s = s.replace(cwnd=full, cwnd_sent=full, ss_hold=jnp.ones(1, bool))
-    s, d = c.on_interval(s, mi(acked_pkts=50, rtt_min=rtt_for_diff(80, 2.0)), p)
-    assert pkts(d.cwnd) == pytest.approx(51.0, rel=1e-5)
+    st = mi(acked_pkts=50, rtt_min=rtt_for_diff(80, 2.0))
+    assert pkts(c.on_interval(s, st, p)[1].cwnd) == pytest.approx(51.0, rel=1e-5)
+    # ns-3's TcpVegas has no such bound: min(segCwnd, targetCwnd + 1) = floor(78) + 1 = 79.
+    p3 = p.replace(ns3_segments=jnp.ones(1, bool))
+    assert pkts(c.on_interval(s, st, p3)[1].cwnd) == pytest.approx(79.0, rel=1e-5)
 
 
 def test_vegas_ns3_rtt_reads_the_smoothed_rtt():
@@ -199,8 +202,11 @@ def test_vegas_ns3_rtt_reads_the_smoothed_rtt():
     for ns3, expect in ((False, 40.0), (True, 17.0)):
         q = p.replace(ns3_rtt=jnp.full(1, ns3))
         s, _ = c.init(q, jnp.full(1, RTT))
+        # ns-3's BaseRTT starts from nothing (m_baseRtt = Time::Max), Linux's from the base RTT
+        assert float(s.base_srtt[0]) == (np.inf if ns3 else pytest.approx(RTT))
         full = jnp.full(1, 20 * MSS)
-        s = s.replace(cwnd=full, cwnd_sent=full)
+        # (with ns3_rtt, an earlier round with an empty queue left BaseRTT at RTT)
+        s = s.replace(cwnd=full, cwnd_sent=full, base_srtt=f(RTT))
         s, d = c.on_interval(s, stats, q)
         assert pkts(d.cwnd) == pytest.approx(expect, rel=1e-5), ns3
     # BaseRTT is the lowest smoothed RTT so far: a round whose smoothed RTT never fell below 1.2
@@ -208,6 +214,13 @@ def test_vegas_ns3_rtt_reads_the_smoothed_rtt():
     assert float(s.base_srtt[0]) == pytest.approx(RTT)
     s, _ = c.on_interval(s, mi(acked_pkts=17).replace(srtt_min=f(RTT * 0.9)), q)
     assert float(s.base_srtt[0]) == pytest.approx(RTT * 0.9)
+    # From nothing, the first round's lowest smoothed RTT is BaseRTT: one that never fell below
+    # 1.2 RTT (a handshake sample that met a queue) reads Diff = 0, and the window doubles.
+    s, _ = c.init(q, jnp.full(1, RTT))
+    s = s.replace(cwnd=full, cwnd_sent=full)
+    s, d = c.on_interval(s, stats, q)
+    assert float(s.base_srtt[0]) == pytest.approx(RTT * 1.2)
+    assert pkts(d.cwnd) == pytest.approx(40.0, rel=1e-5)
 
 
 def test_mi_stats_srtt_min_is_the_lowest_smoothed_rtt():

@@ -128,10 +128,26 @@ def test_simulate_table(capsys):
     (["--tick-ms", "nan"], ["tick_ms=nan"]),
     (["--max-flows", "0"], ["max_flows=0"]),
     (["--plot", ""], ["plot=''", ".png"]),
+    (["--access-ms", "-1"], ["access_ms=-1", "at most half"]),
+    (["--access-ms", "30", "--rtt-ms", "40"], ["access_ms=30", "20 ms"]),
+    (["--access-ms", "1,2,3", "--flows", "2"], ["access_ms=", "one per flow"]),
+    (["--scenario", "dumbbell", "--handshake"], ["--handshake", "--scenario"]),
 ])
 def test_simulate_invalid_input(capsys, argv, words):
     code, _, err = _run(capsys, "simulate", *argv)
     _one_line_error(code, err, *words)
+
+
+def test_simulate_handshake_and_access_delay(capsys):
+    # data meets the queue access_ms after its start, and one base RTT later with the handshake
+    for extra, starts in (([], [0.0, 0.5]), (["--handshake"], [0.04, 0.58]),
+                          (["--handshake", "--access-ms", "5,10"], [0.045, 0.59])):
+        code, out, _ = _run(capsys, "simulate", "--json", "--cc", "newreno", "--duration-s", "1",
+                            "--start-s", "0,0.5", "--rtt-ms", "40,80", "--bw-mbps", "10", *extra)
+        assert code == 0, extra
+        flows = json.loads(out)["flows"]
+        assert [f["start_s"] for f in flows] == pytest.approx(starts), extra
+        assert all(f["delivered_bytes"] > 0 for f in flows)
 
 
 def test_simulate_flags_that_fit(capsys, tmp_path):

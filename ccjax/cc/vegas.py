@@ -56,7 +56,8 @@ How the per-ACK sender maps to one MI per RTT:
 * ns-3's ``TcpVegas::IncreaseWindow`` does its arithmetic in whole segments: ``segCwnd = cwnd /
   MSS`` (integer division), ``targetCwnd = (uint32) (segCwnd * baseRtt / minRtt)`` (truncated),
   ``diff = segCwnd - targetCwnd``, and sets ``cwnd = segCwnd * MSS`` after ``segCwnd++``,
-  ``segCwnd--`` or, leaving slow start, ``segCwnd = min(segCwnd, targetCwnd + 1)``. Truncating
+  ``segCwnd--`` or, leaving slow start, ``segCwnd = min(segCwnd, targetCwnd + 1)``, with no
+  bound from the delivery rate (above). Truncating
   the target rounds Diff *up* to a whole packet: a queue of 1.2 packets reads as Diff = 2, so the
   window grows only while at most one packet is queued (here: while Diff <= 1) and the band in
   which it holds is 1 < Diff <= 4 rather than 2 <= Diff <= 4: ns-3's Vegas keeps about one packet
@@ -77,7 +78,9 @@ How the per-ACK sender maps to one MI per RTT:
   bursts into the next round's first ACKs, whose own samples show an empty queue, so ns-3's
   Vegas leaves slow start well below the BDP (one flow, 50 Mbps, 40 ms: at 71 packets) where
   the lowest sample would not. ``ns3_rtt`` selects this (``stats.srtt_min``, BaseRTT the
-  lowest of it so far; default off: Linux's and the paper's lowest sample), for the
+  lowest of it so far, from nothing: ns-3's ``m_baseRtt`` starts at ``Time::Max``, so where the
+  handshake's sample carried a queue, ``LinkSpec.handshake``, the smoothed RTT starts from it and
+  BaseRTT keeps some of it; default off: Linux's and the paper's lowest sample), for the
   cross-validation.
 * The window never drops below two packets by Vegas' own decrease (Linux), nor below one packet.
 
@@ -170,7 +173,10 @@ class Vegas:
         rtt = jnp.broadcast_to(jnp.asarray(base_rtt_s, jnp.float32), params.init_cwnd_pkts.shape)
         cwnd = params.init_cwnd_pkts * MSS  # RFC 6928 §2
         state = VegasState(cwnd=cwnd, cwnd_sent=cwnd, ssthresh=jnp.full_like(cwnd, SSTHRESH_INIT),
-                           ss_hold=jnp.zeros(cwnd.shape, bool), base_srtt=rtt,
+                           ss_hold=jnp.zeros(cwnd.shape, bool),
+                           # ns-3's m_baseRtt starts at Time::Max and takes the lowest smoothed
+                           # RTT its ACKs bring, which starts from the handshake's sample
+                           base_srtt=jnp.where(params.ns3_rtt, jnp.inf, rtt),
                            ep=Episodes.start(rtt))
         return state, self._decide(cwnd, rtt, params)
 
@@ -204,8 +210,10 @@ class Vegas:
         seg = jnp.floor(cwnd / MSS + 1e-4)  # (a window of k packets in float32 is k, not k - eps)
         seg_target = jnp.floor(seg * (1.0 - vegas_diff(1.0, base, rtt)) + 1e-4)
         diff = jnp.where(p.ns3_segments, seg - seg_target, diff)
-        target = jnp.where(p.ns3_segments, jnp.floor(jnp.minimum(seg_target, target) + 1e-4),
-                           target)
+        # (ns-3's targetCwnd has no delivery-rate bound: with a flow's data and SYN meeting the
+        # queue when ns-3's do, ``LinkSpec.handshake``, the bound took the slow-start exit of a
+        # 100 ms flow beside a 20 ms one down to about 19 packets, where ns-3's leaves at 33.)
+        target = jnp.where(p.ns3_segments, seg_target, target)
 
         in_ss = cwnd < state.ssthresh
 

@@ -110,6 +110,7 @@ class LinkParams(struct.PyTreeNode):
     rtt_ticks: jnp.ndarray  # (F,) int32 base RTT (propagation, both ways)
     start_tick: jnp.ndarray  # (F,) int32 first tick the flow sends
     stop_tick: jnp.ndarray  # (F,) int32 first tick the flow no longer sends
+    syn_tick: jnp.ndarray  # (F,) int32 tick the flow's SYN meets the queue (-1: no handshake)
     present: jnp.ndarray  # (F,) bool: flow slot used at all
 
 
@@ -132,6 +133,18 @@ class LinkSpec:
     rtt_ms: Sequence[float] = (40.0,)
     start_s: Sequence[float] = (0.0,)
     stop_s: Sequence[float] | None = None
+    #: Each flow opens its connection first (TCP's SYN, SYN-ACK): its data starts one base RTT
+    #: after its start time, and its RTT estimate starts from the handshake's sample (RFC 6298
+    #: §2), the base RTT plus the queueing delay the SYN met at the bottleneck, as a real or
+    #: ns-3 TCP's does. Off (default): data flows from the start time and the estimate starts at
+    #: the base RTT.
+    handshake: bool = False
+    #: One-way delay (ms) from each sender to the bottleneck (default 0: the queue sits at the
+    #: sender). A flow's packets reach the queue this long after they are sent; the flow's own
+    #: RTT is ``rtt_ms`` all the same, so it shifts when the flow's packets meet the other
+    #: flows' there: where flows with different RTTs start together (ns-3's dumbbell puts
+    #: ``rtt/2 - btlDelay`` before the bottleneck), and when a SYN crosses it.
+    access_ms: Sequence[float] | None = None
 
     def __post_init__(self) -> None:
         n = len(self.rtt_ms)
@@ -164,6 +177,13 @@ class LinkSpec:
                 f"one start time per flow ({n} flows)")
         for s in self.start_s:
             require(math.isfinite(s) and s >= 0, "start_s", s, "a time >= 0 s")
+        require(isinstance(self.handshake, bool), "handshake", self.handshake, "true or false")
+        if self.access_ms is not None:
+            require(len(self.access_ms) == n, "access_ms", list(self.access_ms),
+                    f"one delay per flow ({n} flows)")
+            for a, r in zip(self.access_ms, self.rtt_ms, strict=True):
+                require(math.isfinite(a) and 0 <= a <= r / 2, "access_ms", a,
+                        f"a one-way delay >= 0 ms and at most half the flow's RTT ({r / 2:g} ms)")
         if self.stop_s is not None:
             require(len(self.stop_s) == n, "stop_s", list(self.stop_s),
                     f"one stop time per flow ({n} flows)")
@@ -240,9 +260,17 @@ def build_links(
             require(rt < config.ack_horizon, "rtt_ms", x,
                     f"< ack_horizon x tick ({config.ack_horizon * config.tick_s * 1e3:g} ms)")
         pad = F - spec.n_flows
-        start = [ticks(s) for s in spec.start_s] + [0] * pad
+        # Times in the queue's frame: a flow's packets (and its SYN) meet the bottleneck
+        # access_ms after they are sent; with the handshake its data follows one base RTT later.
+        access = [0.0] * spec.n_flows if spec.access_ms is None else list(spec.access_ms)
+        lead = [a * 1e-3 + (r * 1e-3 if spec.handshake else 0.0)
+                for a, r in zip(access, spec.rtt_ms, strict=True)]
+        start = [ticks(s + d) for s, d in zip(spec.start_s, lead, strict=True)] + [0] * pad
         stop = ([big] * spec.n_flows if spec.stop_s is None
-                else [ticks(s) for s in spec.stop_s]) + [0] * pad
+                else [ticks(s + a * 1e-3) for s, a in zip(spec.stop_s, access, strict=True)]
+                ) + [0] * pad
+        syn = ([ticks(s + a * 1e-3) for s, a in zip(spec.start_s, access, strict=True)]
+               if spec.handshake else [-1] * spec.n_flows) + [-1] * pad
         out.append(LinkParams(
             sched=sched,
             buffer_bytes=np.float32(spec.buffer_pkts * PACKET_BYTES),
@@ -250,6 +278,7 @@ def build_links(
             rtt_ticks=np.asarray(rtt_ticks + [1] * pad, np.int32),
             start_tick=np.asarray(start, np.int32),
             stop_tick=np.asarray(stop, np.int32),
+            syn_tick=np.asarray(syn, np.int32),
             present=np.asarray([True] * spec.n_flows + [False] * pad),
         ))
     return jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *out)
