@@ -702,7 +702,7 @@ def main(argv=None) -> int:
         "(`LinkSpec.handshake` and `access_ms` from `validation.ns3_access_ms`; `ccjax "
         "simulate --handshake --access-ms`): a flow's data starts one base RTT after its "
         "start, the SYN's sample carries the backlog it met, each flow's packets meet the "
-        "queue after its access delay, and its throughput counts from its SYN, as ns-3's does. "
+        "queue after its access delay, and its throughput counts from its start, as ns-3's does. "
         "With it, ccjax's Vegas in ns-3's arithmetic starts BaseRTT from nothing and leaves "
         "slow start at `targetCwnd + 1` without bounding the target by the delivery rate "
         "(ns-3's has no such bound; beside the handshake it took a 100 ms flow beside a 20 ms "

@@ -62,7 +62,7 @@ class Totals(struct.PyTreeNode):
     rtt_w: jnp.ndarray  # (F,) acked bytes with an RTT sample
     hist: jnp.ndarray  # (F, bins) acked bytes per queueing-delay bin
     qmax: jnp.ndarray  # (F,) largest queueing delay seen (ticks)
-    active_ticks: jnp.ndarray  # (F,) ticks the flow was allowed to send (or in its handshake)
+    active_ticks: jnp.ndarray  # (F,) ticks the flow was allowed to send, or since its start
     cap_bytes: jnp.ndarray  # () capacity offered by the link
     served: jnp.ndarray  # () bytes the link delivered
     queue_int: jnp.ndarray  # () sum over ticks of queue bytes at tick end
@@ -590,11 +590,10 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         lost=T.lost + lost_b, dropped=T.dropped + dropped, qd_sum=T.qd_sum + out[:, 2],
         rtt_sum=T.rtt_sum + w * rtt, rtt_w=T.rtt_w + w, hist=hist_add(T.hist, qd, w),
         qmax=jnp.where(has, jnp.maximum(T.qmax, qd), T.qmax),
-        # (the flow's life: from its SYN where it opens with a handshake, as ns-3 counts a
-        # flow's throughput from its start)
-        active_ticks=T.active_ticks + (active | link.present & (link.syn_tick >= 0)
-                                       & (t >= link.syn_tick) & (t < link.stop_tick)
-                                       ).astype(jnp.float32),
+        # (the flow's life, from its start time, as ns-3 counts a flow's throughput: with a
+        # handshake or an access delay its data meets the queue later)
+        active_ticks=T.active_ticks + (active | link.present & (t >= link.open_tick)
+                                       & (t < link.stop_tick)).astype(jnp.float32),
         cap_bytes=T.cap_bytes + service, served=T.served + out[:, 0].sum(),
         queue_int=T.queue_int + work, arrivals=T.arrivals + send.sum(),
     )

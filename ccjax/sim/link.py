@@ -111,6 +111,7 @@ class LinkParams(struct.PyTreeNode):
     start_tick: jnp.ndarray  # (F,) int32 first tick the flow sends
     stop_tick: jnp.ndarray  # (F,) int32 first tick the flow no longer sends
     syn_tick: jnp.ndarray  # (F,) int32 tick the flow's SYN meets the queue (-1: no handshake)
+    open_tick: jnp.ndarray  # (F,) int32 the flow's start time, at its sender (its life begins)
     present: jnp.ndarray  # (F,) bool: flow slot used at all
 
 
@@ -279,6 +280,7 @@ def build_links(
             start_tick=np.asarray(start, np.int32),
             stop_tick=np.asarray(stop, np.int32),
             syn_tick=np.asarray(syn, np.int32),
+            open_tick=np.asarray([ticks(s) for s in spec.start_s] + [0] * pad, np.int32),
             present=np.asarray([True] * spec.n_flows + [False] * pad),
         ))
     return jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *out)
