@@ -186,6 +186,15 @@ def _small_buffer_note(rows) -> str:
     return "; now " + ", ".join(parts)
 
 
+def _compared(ours: int, theirs: list[int]) -> str:
+    """How ns-3's two-seed counts ``theirs`` stand against ccjax's ``ours``."""
+    if all(k > ours for k in theirs):
+        return "more than"
+    if all(k < ours for k in theirs):
+        return "fewer than"
+    return "about as many as"
+
+
 def _handshake_note(rows) -> str:
     """Four Vegas flows of 20-100 ms at 10 Mbps, the rows the handshake's sample moved: ccjax's
     queueing delay and Jain's index against ns-3's, as this run measured them."""
@@ -357,8 +366,8 @@ def _itself_note(rows, itself, pairs, label: str, n_two: int | None) -> str:
         pair_txt = (" Two of those seeds at a time, as many as the reference has ("
                     + ", ".join(f"{a} and {b}: {k}" for (a, b), k in pairs)
                     + f" of {n})"
-                    + (f", it meets more than ccjax with two seeds of its own ({n_two})"
-                       if n_two is not None else "") + ".")
+                    + (f", it meets {_compared(n_two, [k for _, k in pairs])} ccjax with two "
+                       f"seeds of its own ({n_two})" if n_two is not None else "") + ".")
     return (
         f"ns-3 against itself. The tolerances widen to what ns-3's seeds 1 and 2 span, but two "
         f"runs say little about how far a third lands. So ns-3 also ran every scenario with "
