@@ -44,6 +44,12 @@ def _check_flows_start(links: Sequence[LinkSpec], duration_s: float) -> None:
                     f"start_s={st:g} is invalid (link {i}, flow {f}): before the run's end "
                     f"({duration_s:g} s); a flow that starts later never sends (give earlier "
                     "start times or a longer duration)")
+            data = spec.data_start_s(f)
+            if data >= duration_s:
+                raise ConfigError(
+                    f"start_s={st:g} is invalid (link {i}, flow {f}): with the handshake and "
+                    f"access delay its data would start at {data:g} s, not before the run's end "
+                    f"({duration_s:g} s); give an earlier start or a longer duration")
 
 
 def _pad(values: list, n_real: int, n_flows: int, field: str) -> list:

@@ -70,6 +70,17 @@ def test_bad_handshake_or_access_is_a_clear_error(kw, field):
         LinkSpec(bandwidth_mbps=(10.0,), rtt_ms=(40.0, 60.0), start_s=(0.0, 0.0), **kw)
 
 
+def test_a_flow_whose_data_would_start_after_the_run_or_its_stop_is_refused():
+    from ccjax.api import link_from_flags, simulate
+
+    spec = link_from_flags(flows=2, bw_mbps=10.0, rtt_ms=[40.0, 300.0], start_s=[0.0, 0.75],
+                           handshake=True)
+    with pytest.raises(ConfigError, match=r"^start_s=0.75 is invalid \(link 0, flow 1\)"):
+        simulate([spec], cc="newreno", duration_s=1.0)
+    with pytest.raises(ConfigError, match="^stop_s=0.03 is invalid"):
+        LinkSpec(bandwidth_mbps=(10.0,), rtt_ms=(40.0,), stop_s=(0.03,), handshake=True)
+
+
 def test_ns3_access_delays_are_the_dumbbells():
     # sims/ns3/dumbbell.cc: access link rtt/2 - btlDelay, btlDelay = min(rtt)/4
     assert ns3_access_ms([20.0, 100.0]) == [5.0, 45.0]

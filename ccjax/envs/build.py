@@ -95,7 +95,9 @@ def make_single_flow(
     if n_cross:
         specs = [replace(s, rtt_ms=tuple(s.rtt_ms) * (1 + n_cross),
                          start_s=tuple(s.start_s) * (1 + n_cross),
-                         stop_s=None if s.stop_s is None else tuple(s.stop_s) * (1 + n_cross))
+                         stop_s=None if s.stop_s is None else tuple(s.stop_s) * (1 + n_cross),
+                         access_ms=(None if s.access_ms is None
+                                    else tuple(s.access_ms) * (1 + n_cross)))
                  for s in specs]
     if controller is not None:
         # The training tick is the policy's clock (MIs, tick budgets): it is not refined for

@@ -62,7 +62,7 @@ class Totals(struct.PyTreeNode):
     rtt_w: jnp.ndarray  # (F,) acked bytes with an RTT sample
     hist: jnp.ndarray  # (F, bins) acked bytes per queueing-delay bin
     qmax: jnp.ndarray  # (F,) largest queueing delay seen (ticks)
-    active_ticks: jnp.ndarray  # (F,) ticks the flow was allowed to send, or since its start
+    active_ticks: jnp.ndarray  # (F,) ticks of the flow's life, from its start to its stop time
     cap_bytes: jnp.ndarray  # () capacity offered by the link
     served: jnp.ndarray  # () bytes the link delivered
     queue_int: jnp.ndarray  # () sum over ticks of queue bytes at tick end
@@ -516,7 +516,8 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     # SRTT <- R). A flow whose SYN meets another's slow-start burst so keeps that queue in its
     # estimate, and in Vegas's BaseRTT (ns-3, four Vegas flows of 20-100 ms at 10 Mbps, seeds 1
     # and 2: the 73 ms flow's first sample was 79 and 80 ms, the others' their base RTTs).
-    syn_rtt = base + (capacity.inv(link.sched, c0 + qtot) - tf) * dt
+    # (at least the base RTT: on a trace, a SYN in an idle millisecond waits for nothing)
+    syn_rtt = base + jnp.maximum(capacity.inv(link.sched, c0 + qtot) - tf, 0.0) * dt
     syn = t == link.syn_tick
     srtt = jnp.where(syn, syn_rtt, srtt)
     min_rtt = jnp.where(syn, syn_rtt, min_rtt)
@@ -592,8 +593,8 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         qmax=jnp.where(has, jnp.maximum(T.qmax, qd), T.qmax),
         # (the flow's life, from its start time, as ns-3 counts a flow's throughput: with a
         # handshake or an access delay its data meets the queue later)
-        active_ticks=T.active_ticks + (active | link.present & (t >= link.open_tick)
-                                       & (t < link.stop_tick)).astype(jnp.float32),
+        active_ticks=T.active_ticks + (link.present & (t >= link.open_tick)
+                                       & (t < link.close_tick)).astype(jnp.float32),
         cap_bytes=T.cap_bytes + service, served=T.served + out[:, 0].sum(),
         queue_int=T.queue_int + work, arrivals=T.arrivals + send.sum(),
     )

@@ -108,10 +108,11 @@ class LinkParams(struct.PyTreeNode):
     buffer_bytes: jnp.ndarray  # drop-tail buffer
     loss: jnp.ndarray  # random loss probability per packet
     rtt_ticks: jnp.ndarray  # (F,) int32 base RTT (propagation, both ways)
-    start_tick: jnp.ndarray  # (F,) int32 first tick the flow sends
-    stop_tick: jnp.ndarray  # (F,) int32 first tick the flow no longer sends
+    start_tick: jnp.ndarray  # (F,) int32 first tick the flow's data meets the queue
+    stop_tick: jnp.ndarray  # (F,) int32 first tick the flow's data no longer meets it
     syn_tick: jnp.ndarray  # (F,) int32 tick the flow's SYN meets the queue (-1: no handshake)
     open_tick: jnp.ndarray  # (F,) int32 the flow's start time, at its sender (its life begins)
+    close_tick: jnp.ndarray  # (F,) int32 the flow's stop time, at its sender (its life ends)
     present: jnp.ndarray  # (F,) bool: flow slot used at all
 
 
@@ -188,10 +189,14 @@ class LinkSpec:
         if self.stop_s is not None:
             require(len(self.stop_s) == n, "stop_s", list(self.stop_s),
                     f"one stop time per flow ({n} flows)")
-            for a, b in zip(self.start_s, self.stop_s, strict=True):
+            for f, (a, b) in enumerate(zip(self.start_s, self.stop_s, strict=True)):
                 # inf (or any time past the run's end): the flow sends to the end of the run
                 require(not math.isnan(b) and b > a, "stop_s", b,
                         f"after the flow's start time {a} s (inf: never stops)")
+                if self.handshake:
+                    d = a + 1e-3 * self.rtt_ms[f]
+                    require(b > d, "stop_s", b, f"after the flow's data starts, {d:g} s (its "
+                            f"start time {a} s plus one RTT for the handshake)")
 
     def __eq__(self, other: object) -> bool:
         # Field-wise, with the trace compared as an array (the generated __eq__ cannot).
@@ -208,6 +213,12 @@ class LinkSpec:
         return True
 
     __hash__ = None  # holds arrays
+
+    def data_start_s(self, f: int) -> float:
+        """When flow ``f``'s data first meets the queue: its start, plus its access delay, plus
+        one base RTT with the handshake."""
+        access = 0.0 if self.access_ms is None else self.access_ms[f]
+        return self.start_s[f] + 1e-3 * (access + (self.rtt_ms[f] if self.handshake else 0.0))
 
     @property
     def n_flows(self) -> int:
@@ -281,6 +292,8 @@ def build_links(
             stop_tick=np.asarray(stop, np.int32),
             syn_tick=np.asarray(syn, np.int32),
             open_tick=np.asarray([ticks(s) for s in spec.start_s] + [0] * pad, np.int32),
+            close_tick=np.asarray(([big] * spec.n_flows if spec.stop_s is None
+                                   else [ticks(s) for s in spec.stop_s]) + [0] * pad, np.int32),
             present=np.asarray([True] * spec.n_flows + [False] * pad),
         ))
     return jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *out)
