@@ -275,9 +275,7 @@ def build_links(
         # Times in the queue's frame: a flow's packets (and its SYN) meet the bottleneck
         # access_ms after they are sent; with the handshake its data follows one base RTT later.
         access = [0.0] * spec.n_flows if spec.access_ms is None else list(spec.access_ms)
-        lead = [a * 1e-3 + (r * 1e-3 if spec.handshake else 0.0)
-                for a, r in zip(access, spec.rtt_ms, strict=True)]
-        start = [ticks(s + d) for s, d in zip(spec.start_s, lead, strict=True)] + [0] * pad
+        start = [ticks(spec.data_start_s(f)) for f in range(spec.n_flows)] + [0] * pad
         stop = ([big] * spec.n_flows if spec.stop_s is None
                 else [ticks(s + a * 1e-3) for s, a in zip(spec.stop_s, access, strict=True)]
                 ) + [0] * pad
