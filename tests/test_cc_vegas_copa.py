@@ -223,6 +223,28 @@ def test_vegas_ns3_rtt_reads_the_smoothed_rtt():
     assert pkts(d.cwnd) == pytest.approx(40.0, rel=1e-5)
 
 
+def test_vegas_ns3_base_rtt_comes_from_acks_only():
+    """ns-3's m_baseRtt is the lowest smoothed RTT that an ACK left (TcpVegas::PktsAcked). An MI
+    without an ACK (before the flow's first, or a late start's MIs before its SYN), whose stats
+    repeat the smoothed RTT it holds, does not set it: not from nothing, not lower."""
+    c = Vegas()
+    p = c.default_params(1).replace(ss_every_other_rtt=jnp.zeros(1, bool),
+                                    ns3_segments=jnp.ones(1, bool), ns3_rtt=jnp.ones(1, bool))
+    f = lambda v: jnp.full(1, v, jnp.float32)  # noqa: E731
+    s, d = c.init(p, jnp.full(1, RTT))
+    quiet = mi(acked_pkts=0).replace(rtt_samples=f(0.0), srtt_min=f(RTT), srtt=f(RTT))
+    for _ in range(3):
+        s, d = c.on_interval(s, quiet, p)
+        assert float(s.base_srtt[0]) == np.inf
+        assert np.isfinite(pkts(d.cwnd)) and pkts(d.cwnd) == pytest.approx(10.0)
+    # The first ACKs' smoothed RTT (here 1.2 RTT: the SYN's sample met a queue) is BaseRTT...
+    s, _ = c.on_interval(s, mi(acked_pkts=10).replace(srtt_min=f(RTT * 1.2), srtt=f(RTT * 1.2)), p)
+    assert float(s.base_srtt[0]) == pytest.approx(RTT * 1.2)
+    # ...and a later MI without ACKs, holding a lower smoothed RTT, does not lower it.
+    s, _ = c.on_interval(s, quiet, p)
+    assert float(s.base_srtt[0]) == pytest.approx(RTT * 1.2)
+
+
 def test_mi_stats_srtt_min_is_the_lowest_smoothed_rtt():
     """``MIStats.srtt_min``, the lowest smoothed RTT of the MI (what ns-3 hands its congestion
     controls), lags the samples: on a queue that grows all the time (12 Mbps into 10 Mbps) it
