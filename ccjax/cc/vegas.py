@@ -198,13 +198,13 @@ class Vegas:
 
         # --- The estimate: Diff from the lowest RTT of this MI (the packets sent in the last).
         trusted = (stats.rtt_samples >= MIN_SAMPLES_PKTS * MSS) & ~recovering
-        rtt = jnp.where(stats.rtt_samples > 0, stats.rtt_min, stats.srtt)
+        has = stats.rtt_samples > 0
+        rtt = jnp.where(has, stats.rtt_min, stats.srtt)
         base = jnp.minimum(stats.min_rtt, rtt)
         # BaseRTT from ACKs only: ns-3's m_baseRtt is the lowest m_lastRtt that PktsAcked got,
         # so an MI without an ACK (before a flow's first, or one that starts late) leaves it
         # where it is (without a sample ``stats.srtt_min`` repeats the smoothed RTT, which before
         # the first ACK is the SYN's sample, or the base RTT before the SYN).
-        has = stats.rtt_samples > 0
         base_srtt = jnp.minimum(state.base_srtt, jnp.where(has, stats.srtt_min, jnp.inf))
         rtt = jnp.where(p.ns3_rtt, stats.srtt_min, rtt)
         # (until the first ACK, no BaseRTT: the estimate is not trusted then anyway)
