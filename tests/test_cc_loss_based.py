@@ -235,23 +235,69 @@ def test_a_timeouts_own_losses_reported_after_it_start_no_new_stall(ctl):
     assert bool(s.ep.stalled[0])
 
 
+def _quiet_flows(res, i: int) -> list[dict]:
+    """The flows of link ``i`` that lost their whole first window: one packet per RTT (0.3 Mbps;
+    ns-3's sends none) until their timer fires at 1 s."""
+    return [f for f in res.summary(i)["flows"] if max(f["throughput_series_mbps"][:2]) < 0.5]
+
+
 def test_first_windows_into_a_small_buffer_are_admitted_flow_by_flow():
-    """Four ACK-clocked flows' first windows (40 packets at once) into a buffer of 8: drop-tail
-    admits them one flow's burst after another, so some flows lose theirs whole and learn it
-    only from their timer, about 1 s later, as ns-3's do; paced senders are not affected."""
-    spec = link_from_flags(flows=4, bw_mbps=10.0, rtt_ms=[40.0], buffer_pkts=8)
+    """Four ACK-clocked flows of different RTTs send their first windows (40 packets) at once
+    into a buffer of 8 (no handshake): drop-tail admits them one flow's burst after another, so
+    some flows lose theirs whole and learn it only from their timer, about 1 s later; paced
+    senders are not affected."""
+    spec = link_from_flags(flows=4, bw_mbps=10.0, rtt_ms=[40.0, 41.0, 42.0, 43.0], buffer_pkts=8)
     res = run_controller([spec] * 4, NewReno(), duration_s=1.5, window_sender="ack-clocked",
                          series_interval_s=0.5)
     for i in range(4):
         flows = res.summary(i)["flows"]
         assert sum(f["timeouts"] for f in flows) >= 2
-        # a flow that timed out sent one packet per RTT (0.3 Mbps; ns-3's sends none) until
-        # its timer fired at 1 s, the others kept the link
-        quiet = [f for f in flows if max(f["throughput_series_mbps"][:2]) < 0.5]
+        quiet = _quiet_flows(res, i)
         assert len(quiet) >= 2 and all(f["timeouts"] == 1 for f in quiet)
         assert all(f["timeouts"] == 0 for f in flows if f not in quiet)
     paced = run_controller([spec] * 4, NewReno(), duration_s=1.5, window_sender="paced")
     assert all(f["timeouts"] == 0 for i in range(4) for f in paced.summary(i)["flows"])
+
+
+def test_first_windows_sent_together_are_admitted_as_the_jitter_interleaves_them():
+    """The same four flows with one RTT: their first windows reach the queue together and the
+    senders' jitter interleaves them, so drop-tail admits some of most flows' windows; a flow
+    loses its whole window only where all of the first arrivals are the others' (about one of
+    the 4 flows per link: ``test_jittered_admission_draws``), not three flows every time."""
+    spec = link_from_flags(flows=4, bw_mbps=10.0, rtt_ms=[40.0], buffer_pkts=8)
+    res = run_controller([spec] * 8, NewReno(), duration_s=1.5, window_sender="ack-clocked",
+                         series_interval_s=0.5, link_seeds=list(range(8)))
+    quiet = [_quiet_flows(res, i) for i in range(8)]
+    assert all(f["timeouts"] == 1 for q in quiet for f in q)
+    counts = [len(q) for q in quiet]
+    assert min(counts) <= 1 and sum(counts) <= 16, counts  # one after another: 3 on every link
+
+
+def test_jittered_admission_draws():
+    """``core._jittered_admission``: exactly the room (or all) admitted, never more than a flow
+    sent; two windows of 10 into room for 9 leave one flow with nothing with probability 2/10
+    (the first arrival of one window after the ninth record of the other: 1/10 each way); a
+    flow's draws do not depend on the flow slots padded after it."""
+    import jax
+
+    from ccjax.sim.core import _jittered_admission
+
+    keys = jax.random.split(jax.random.key(0), 4000)
+    draw = jax.jit(jax.vmap(_jittered_admission, in_axes=(0, None, None)))
+    two = np.asarray(draw(keys, jnp.array([10.0, 10.0]), jnp.float32(9.0)))
+    assert np.all(two.sum(1) == 9.0) and np.all(two <= 10.0)
+    assert 0.17 < np.mean(two.min(1) == 0.0) < 0.23
+    padded = np.asarray(draw(keys, jnp.array([10.0, 10.0, 0.0, 0.0]), jnp.float32(9.0)))
+    np.testing.assert_array_equal(padded[:, :2], two)
+    assert np.all(padded[:, 2:] == 0.0)
+    four = np.asarray(draw(keys, jnp.full(4, 10.0), jnp.float32(9.0)))
+    assert np.all(four.sum(1) == 9.0)
+    assert 0.85 < np.mean((four == 0.0).sum(1)) < 1.05  # flows with nothing, per link
+    # room for all, and windows past the drawn 16 packets (their tails come last, in turn)
+    assert np.all(np.asarray(draw(keys[:50], jnp.array([3.0, 2.0]), jnp.float32(100.0)))
+                  == [3.0, 2.0])
+    big = np.asarray(draw(keys[:50], jnp.array([20.0, 30.0]), jnp.float32(40.0)))
+    assert np.all(big.sum(1) == 40.0) and np.all(big[:, 0] == 20.0)
 
 
 def test_first_windows_of_equal_rtt_flows_leave_the_queue_interleaved():

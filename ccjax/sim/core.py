@@ -196,22 +196,63 @@ def _random_present_flow(key: jnp.ndarray, present: jnp.ndarray) -> jnp.ndarray:
     return jnp.argmax(jnp.cumsum(present) > k).astype(jnp.int32)
 
 
+#: Packets of each flow's first window whose arrival at the bottleneck ``_jittered_admission``
+#: draws; a window's packets past this many (one of more than 16 packets) arrive after them all.
+JITTER_PKTS = 16
+
+
+def _jittered_admission(key: jnp.ndarray, n: jnp.ndarray, room: jnp.ndarray) -> jnp.ndarray:
+    """Packets of each flow (F,) drop-tail admits when the flows' first windows, ``n`` (F,)
+    packets, reach a queue with ``room`` packets together: the first ``room`` to arrive, each
+    sender's packets delayed by an order-preserving random jitter.
+
+    ns-3's dumbbell (``sims/ns3/dumbbell.cc``, ``JitterChannel``) gives every packet of a sender
+    an extra delay uniform in [0, J) (J one bottleneck packet time), but never lets it pass the
+    one before: packet k arrives at ``max(U_1 .. U_k) J`` plus its access-link serialization
+    (12 us a packet at 1 Gb/s, against J = 1.2 ms at 10 Mb/s). So each window reaches the queue
+    in a few clumps, at the records of its draws, and the windows of flows that send together
+    interleave clump by clump. The scale J does not matter, only the order; the serialization
+    orders the packets of a clump. A flow so loses its whole window only when all of the first
+    arrivals are the others' (two windows of 10 into room for 9: with probability 2/10, where one
+    window after the other loses one flow's whole window every time; ns-3, two Vegas or two
+    CUBIC flows at 10 Mb/s, 40 ms, a buffer of 8, ten seeds: a first-window timeout in 3 of the
+    10). Packets past ``JITTER_PKTS`` of a window arrive after all the drawn ones, one flow's
+    after another. Draws are (F, K), so a flow's do not depend on the batch's flow padding
+    (``tick_begin``)."""
+    F, K = n.shape[-1], JITTER_PKTS
+    k = jnp.arange(K, dtype=jnp.float32)
+    u = jax.random.uniform(key, (F, K))
+    arrive = jax.lax.cummax(u, axis=1) + k * 2.0**-20  # the running record, then in sequence
+    real = k[None, :] < n[:, None]
+    arrive = jnp.where(real, arrive, jnp.inf)
+    ahead = (arrive[None, None, :, :] < arrive[:, :, None, None]).sum((-2, -1))  # (F, K)
+    got = (real & (ahead < room)).sum(-1).astype(jnp.float32)
+    tail = jnp.maximum(n - K, 0.0)
+    before = jnp.cumsum(tail) - tail
+    return got + jnp.clip(room - got.sum() - before, 0.0, tail)
+
+
+def any_fresh(links: LinkParams, s: SimState) -> jnp.ndarray:
+    """Whether a link of the batch (leading axis) has a flow that has sent nothing yet: ``tick``'s
+    ``fresh``."""
+    return jnp.any(links.present & (s.sent <= 0))
+
+
 def _first_windows_together(bursts: jnp.ndarray, offered: jnp.ndarray, link: LinkParams,
                             sent: jnp.ndarray) -> jnp.ndarray:
     """Whether this tick's group is the first windows of flows with one base RTT, sent together.
 
     Such windows reach the bottleneck at the same moment (in ns-3's dumbbell the flows open
     together, their handshakes take the same RTT and their access links the same delay) and the
-    sender jitter mixes their packets, so they leave the queue interleaved and each flow's first
-    RTT samples carry about half of the other's window (``_spread_group``). Which of their
-    packets drop-tail admits stays one flow's burst after another (the jitter bunches each burst:
-    ``tick``). Flows with different RTTs never put their first windows into the queue together
-    in ns-3 (the handshake and the access delays part them); a restart after a timeout is one
-    flow's alone. Measured against the stored ns-3 runs (eight ccjax seeds, the whole matrix):
-    two equal Vegas flows at 10 Mbps, 40 ms, 1 and 4 BDP split 0.51/0.49 and 0.52/0.48 (ns-3
-    0.50/0.50 and 0.49/0.51; one flow after the other: 0.58/0.42, 0.67/0.33); within every
-    tolerance 152 -> 153 scenarios with seeds 1-8 (distance 121.0 -> 117.5), 151 -> 152 with
-    seeds 9-16 (121.6 -> 119.5)."""
+    sender jitter mixes their packets, so they leave the queue interleaved and each flow's first RTT
+    samples carry about half of the other's window (``_spread_group``). Drop-tail admits the first
+    of their packets to arrive, in the order the jitter gives them (``_jittered_admission``). Flows
+    with different RTTs never put their first windows into the queue together in ns-3 (the handshake
+    and the access delays part them); a restart after a timeout is one flow's alone. Measured
+    against the stored ns-3 runs (eight ccjax seeds, the whole matrix): two equal Vegas flows at 10
+    Mbps, 40 ms, 1 and 4 BDP split 0.51/0.49 and 0.52/0.48 (ns-3 0.50/0.50 and 0.49/0.51; one flow
+    after the other: 0.58/0.42, 0.67/0.33); within every tolerance 152 -> 153 scenarios with seeds
+    1-8 (distance 121.0 -> 117.5), 151 -> 152 with seeds 9-16 (121.6 -> 119.5)."""
     on = offered > 0
     hi = jnp.max(jnp.where(on, link.rtt_ticks, -1))
     lo = jnp.min(jnp.where(on, link.rtt_ticks, jnp.iinfo(jnp.int32).max))
@@ -311,6 +352,7 @@ class Pending(NamedTuple):
 def tick(
     cfg: SimConfig, controller: Controller, link: LinkParams, cc_params: Any, s: SimState,
     t: jnp.ndarray | None = None, live: jnp.ndarray | None = None,
+    fresh: jnp.ndarray | None = None,
 ) -> SimState:
     """Advance one link by one tick: ``tick_begin``, the controller's ``on_interval`` for every
     flow, ``tick_end`` (which keeps its answer only for the flows whose MI ended).
@@ -324,14 +366,18 @@ def tick(
     ``t`` may be passed separately from the state: a driver that vmaps ``tick`` over links
     passes the (common) tick unbatched, so the delay lines are read and written with a plain
     dynamic slice rather than a per-link gather/scatter. It must equal ``s.t``.
+
+    ``fresh`` (a bool, unbatched like ``t``): whether any link of the batch has a flow that has
+    sent nothing yet (``any_fresh``); only then can first windows meet at the queue, and the
+    tick draws their jitter (``_jittered_admission``) only then. None: every tick draws it.
     """
-    p = tick_begin(cfg, link, s, t, live)
+    p = tick_begin(cfg, link, s, t, live, fresh)
     new_cc, new_dec = controller.on_interval(p.state.cc, p.stats, cc_params)
     return tick_end(cfg, s, p, new_cc, new_dec, live)
 
 
 def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | None = None,
-               live: jnp.ndarray | None = None) -> Pending:
+               live: jnp.ndarray | None = None, fresh: jnp.ndarray | None = None) -> Pending:
     """Everything of ``tick`` before the controller is asked (see there for ``t``, ``live``)."""
     dt = cfg.tick_s
     t = s.t if t is None else t
@@ -433,6 +479,7 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     first_flow = (_random_present_flow(jax.random.fold_in(k_jit, 1), link.present)
                   if cfg.model == "packet" and cfg.window_sender == "ack-clocked"
                   else jnp.zeros((), jnp.int32))
+    mixed = None  # first windows sent together (packet model, ACK-clocked)
     if cfg.model == "fluid":
         admit = offered * jnp.minimum(space / jnp.maximum(offered.sum(), 1e-30), 1.0)
     else:
@@ -448,19 +495,30 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         admit = PKT * _allocate_packets(offered / PKT, jnp.floor(space / PKT + 1e-6), k_drop,
                                         clock_pkts)
         if cfg.window_sender == "ack-clocked":
-            # A group made only of bursts from senders with nothing in flight (the first
-            # windows at time 0, restarts) arrives one flow's burst after another, back to back
-            # at the access rate, not interleaved: drop-tail admits them in that order (the
-            # order ``_spread_group`` queues them in), so the last flows can lose their whole
-            # burst, as ns-3's flows do in a small buffer (four flows' first windows of 10
-            # packets into 8: two or three of them lose all, and learn it only from their
-            # retransmission timer, ``newreno.track_episodes``).
+            # A group made only of bursts from senders with nothing in flight (first windows,
+            # restarts) arrives one flow's burst after another, back to back at the access
+            # rate, not interleaved: drop-tail admits them in that order (the order
+            # ``_spread_group`` queues them in), so the last flows can lose their whole burst
+            # and learn it only from their retransmission timer (``newreno.track_episodes``).
             bursts = jnp.all((inflight <= 0) | (offered <= 0)) & (offered.sum() > 0)
             n_off = jnp.round(offered / PKT)
+            room_pkts = jnp.floor(space / PKT + 1e-6)
             rolled = jnp.roll(n_off, -first_flow)
             ahead = jnp.roll(jnp.cumsum(rolled) - rolled, first_flow)  # packets queued before f
-            seq = jnp.clip(jnp.floor(space / PKT + 1e-6) - ahead, 0.0, n_off)
-            admit = jnp.where(bursts, PKT * seq, admit)
+            seq = jnp.clip(room_pkts - ahead, 0.0, n_off)
+            # First windows sent together (``_first_windows_together``) reach the queue
+            # together, and the senders' jitter interleaves their clumps: drop-tail admits the
+            # first to arrive, so a flow loses its whole window only where all the first
+            # arrivals are the others' (``_jittered_admission``).
+            mixed = _first_windows_together(bursts, offered, link, s.sent)
+
+            def jittered():
+                return _jittered_admission(jax.random.fold_in(k_drop, 1), n_off, room_pkts)
+
+            # (its draws cost as much as the rest of the tick: with ``fresh`` from the driver
+            # they are drawn only while a link of the batch has a flow yet to send)
+            jit = jittered() if fresh is None else jax.lax.cond(fresh, jittered, lambda: seq)
+            admit = jnp.where(bursts, PKT * jnp.where(mixed, jit, seq), admit)
     dropped = send - admit  # random loss + drop-tail, what the sender will learn as lost
 
     # 4. FIFO departure of this tick's group (and the moment its drops become known).
@@ -483,8 +541,6 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     if cfg.window_sender == "ack-clocked":
         # Deliver the group as the link serves it, spread over the ticks its packets leave in,
         # not all at its last byte's tick: ACK clocking needs the bottleneck's spacing.
-        mixed = (_first_windows_together(bursts, offered, link, s.sent)
-                 if cfg.model == "packet" else None)
         rows, idx = _spread_group(cfg, link, t, c0, qtot, admit, dropped, x, dep, first_flow,
                                   seq, mixed)
         qline = qline.at[idx].add(jnp.where(write, rows, 0.0))

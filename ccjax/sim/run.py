@@ -19,7 +19,15 @@ import numpy as np
 
 from ccjax.cc.base import Controller
 from ccjax.sim.compact import is_per_flow, leads_with, on_interval_where, pays_off
-from ccjax.sim.core import SimState, Totals, init_state, tick, tick_begin, tick_end
+from ccjax.sim.core import (
+    SimState,
+    Totals,
+    any_fresh,
+    init_state,
+    tick,
+    tick_begin,
+    tick_end,
+)
 from ccjax.sim.link import LinkParams, SimConfig
 from ccjax.sim.stats import hist_quantile
 from ccjax.units import PACKET_BYTES, PAYLOAD_BYTES
@@ -58,17 +66,21 @@ def _scan_ticks(cfg: SimConfig, controller: Controller, links: LinkParams, cc_pa
     tick index carried unbatched (see ``core.tick``)."""
     if pays_off(controller) and leads_with((s.cc, s.decision, cc_params), s.mi_done.shape):
         # the controller asked only for the flows whose MI ended (``sim.compact``)
-        begin = jax.vmap(lambda lk, st, t: tick_begin(cfg, lk, st, t), in_axes=(0, 0, None))
+        begin = jax.vmap(lambda lk, st, t, f: tick_begin(cfg, lk, st, t, fresh=f),
+                         in_axes=(0, 0, None, None))
         end = jax.vmap(lambda st, p, c, d: tick_end(cfg, st, p, c, d))
 
         def step(lk, prm, st, t):
-            p = begin(lk, st, t)
+            p = begin(lk, st, t, any_fresh(lk, st))
             new_cc, new_dec = on_interval_where(controller, p.state.cc, p.stats, prm,
                                                 p.state.decision, p.state.mi_done)
             return end(st, p, new_cc, new_dec)
     else:
-        step = jax.vmap(lambda lk, p, st, t: tick(cfg, controller, lk, p, st, t),
-                        in_axes=(0, 0, 0, None))
+        vstep = jax.vmap(lambda lk, p, st, t, f: tick(cfg, controller, lk, p, st, t, fresh=f),
+                         in_axes=(0, 0, 0, None, None))
+
+        def step(lk, prm, st, t):
+            return vstep(lk, prm, st, t, any_fresh(lk, st))
 
     def body(carry, _):
         st, t = carry
