@@ -515,8 +515,9 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
             def jittered():
                 return _jittered_admission(jax.random.fold_in(k_drop, 1), n_off, room_pkts)
 
-            # (its draws cost as much as the rest of the tick: with ``fresh`` from the driver
-            # they are drawn only while a link of the batch has a flow yet to send)
+            # (drawing and ordering them every tick doubled an ACK-clocked run's time: with
+            # ``fresh`` from the driver they are drawn only while a link of the batch has a flow
+            # yet to send)
             jit = jittered() if fresh is None else jax.lax.cond(fresh, jittered, lambda: seq)
             admit = jnp.where(bursts, PKT * jnp.where(mixed, jit, seq), admit)
     dropped = send - admit  # random loss + drop-tail, what the sender will learn as lost
