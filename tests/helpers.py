@@ -40,7 +40,8 @@ def tick_trace(spec: LinkSpec, model: str, rate_mbps, duration_s: float, seed: i
                    served=s.tot.served, qtot=s.queue.sum(), srtt=s.srtt, mi_done=s.mi_done,
                    dropped=s.tot.dropped, flight=s.flight, cwnd=s.decision.cwnd,
                    prr_on=s.prr.on, prr_delivered=s.prr.delivered, prr_out=s.prr.out,
-                   prr_fs=s.prr.recover_fs, retx_lost_mi=s.mi.retx_lost,
+                   prr_fs=s.prr.recover_fs, prr_last=s.prr.last, prr_since=s.prr.since,
+                   prr_held=s.prr.held, prr_left=s.prr.left, retx_lost_mi=s.mi.retx_lost,
                    retx_lost_last=s.last.retx_lost_bytes, clock=s.clock)
         return s, rec
 

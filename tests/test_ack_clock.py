@@ -122,8 +122,10 @@ def _retx_lost_total(r) -> np.ndarray:
     return (now - before).sum(0)
 
 
-def _newreno_trace(recovery: str, flows: int = 1, duration_s: float = 4.0, **kw):
-    spec = link_from_flags(flows=flows, bw_mbps=10.0, rtt_ms=[40.0], buffer_pkts=8)
+def _newreno_trace(recovery: str, flows: int = 1, duration_s: float = 4.0, rtt_ms: float = 40.0,
+                   buffer_pkts: int = 8, loss: float = 0.0, **kw):
+    spec = link_from_flags(flows=flows, bw_mbps=10.0, rtt_ms=[rtt_ms], buffer_pkts=buffer_pkts,
+                           loss=loss)
     return tick_trace(spec, "packet", None, duration_s, window_sender="ack-clocked",
                       controller=NewReno(), recovery=recovery, **kw)[3]
 
@@ -131,25 +133,42 @@ def _newreno_trace(recovery: str, flows: int = 1, duration_s: float = 4.0, **kw)
 def test_prr_sends_through_a_recovery_in_proportion_to_what_is_delivered():
     """RFC 6937: after a loss cuts NewReno's window, PRR keeps sending while the flight is
     above ssthresh (the new window), never ahead of CEIL(prr_delivered ssthresh / RecoverFS)
-    - prr_out, and below it no more than was delivered (the conservative bound); the window cut
-    at once ("cut") sends nothing until the flight has fallen under the window."""
+    - prr_out; below it, for the recovery's first RTT no more than the last tick delivered (as
+    ns-3's SSRB before any retransmission is acked), after it no more than prr_delivered -
+    prr_out (the conservative bound); the window cut at once ("cut") sends nothing until the
+    flight has fallen under the window."""
+    def bounds(r):
+        on, flight = r["prr_on"][:-1, 0], r["flight"][:-1, 0]
+        ssth = np.maximum(r["cwnd"][:-1, 0], PKT)
+        deliv, out, fs = r["prr_delivered"][:-1, 0], r["prr_out"][:-1, 0], r["prr_fs"][:-1, 0]
+        last, since, srtt = r["prr_last"][:-1, 0], r["prr_since"][:-1, 0], r["srtt"][:-1, 0]
+        # (row i is the state after tick i, which the next tick, i + 1, starts from; 1 ms ticks)
+        first_rtt = (np.arange(1, len(on) + 1) - since) * 1e-3 < srtt
+        prop = np.ceil(deliv * ssth / np.maximum(fs, PKT) / PKT - 1e-6) * PKT - out
+        crb = np.minimum(ssth - flight, np.where(first_rtt, last, deliv - out))
+        allowed = np.maximum(np.where(flight > ssth, prop, crb), 0.0)
+        busy = on & (flight > 0)
+        # where the first RTT's bound held the sender: the banked prr_delivered - prr_out
+        # would have let it send more
+        early = (busy & (flight <= ssth) & first_rtt
+                 & (np.minimum(ssth - flight, deliv - out) > last + 1e-3))
+        return np.diff(r["sent"][:, 0], prepend=0.0)[1:], allowed, busy, flight > ssth, early
+
     r = _newreno_trace("prr")
-    sent = np.diff(r["sent"][:, 0], prepend=0.0)
-    on, flight = r["prr_on"][:-1, 0], r["flight"][:-1, 0]
-    ssth = np.maximum(r["cwnd"][:-1, 0], PKT)
-    deliv, out, fs = r["prr_delivered"][:-1, 0], r["prr_out"][:-1, 0], r["prr_fs"][:-1, 0]
-    tick_sent = sent[1:]
-    prop = np.ceil(deliv * ssth / np.maximum(fs, PKT) / PKT - 1e-6) * PKT - out
-    crb = np.minimum(ssth - flight, deliv - out)
-    allowed = np.maximum(np.where(flight > ssth, prop, crb), 0.0)
-    busy = on & (flight > 0)
+    tick_sent, allowed, busy, above, _ = bounds(r)
     assert busy.sum() > 20, "no recovery to look at"
     assert np.all(tick_sent[busy] <= allowed[busy] + 1e-3)
-    above = busy & (flight > ssth)
+    above = busy & above
     assert tick_sent[above].sum() >= 5 * PKT  # it kept sending through the reduction
     # (the proportional share: about ssthresh / RecoverFS of what was delivered, here a half)
     acked = np.diff(r["acked"][:, 0], prepend=0.0)[:-1]
     assert 0.3 < tick_sent[above].sum() / acked[above].sum() < 0.7
+    # a slow-start overshoot into a deep buffer loses many packets, so the flight falls below
+    # ssthresh within the recovery's first RTT, while the bank is still there
+    deep = _newreno_trace("prr", duration_s=2.0, rtt_ms=20.0, buffer_pkts=40)
+    d_sent, d_allowed, d_busy, _, early = bounds(deep)
+    assert np.all(d_sent[d_busy] <= d_allowed[d_busy] + 1e-3)
+    assert early.sum() >= 5
 
     c = _newreno_trace("cut")
     assert not c["prr_on"].any()
@@ -159,12 +178,30 @@ def test_prr_sends_through_a_recovery_in_proportion_to_what_is_delivered():
 
 
 def test_retransmissions_in_prr_meet_drop_tail():
-    """Without random loss a retransmission is lost only to drop-tail, which it meets in PRR
-    (its sender keeps the queue full through the recovery), not when the window is cut at once
+    """Without random loss a retransmission is lost only to drop-tail, which it meets where the
+    senders keep sending (recovery "prr": through their recoveries; here the flows that lost
+    their whole first window meet the others' ACK clock), not when the window is cut at once
     (the queue drains first, and the simulator then leaves drop-tail out)."""
     prr = _retx_lost_total(_newreno_trace("prr", flows=4, duration_s=8.0, retx_loss=True))
     cut = _retx_lost_total(_newreno_trace("cut", flows=4, duration_s=8.0, retx_loss=True))
     assert prr.sum() >= PKT and cut.sum() == 0
+
+
+def test_a_lost_retransmission_holds_prr_until_the_timer():
+    """A lost retransmission keeps the cumulative ACK below RecoveryPoint, so the recovery does
+    not end when its flight has been reported (ns-3.37 stays in CA_RECOVERY): PRR still bounds
+    the sender until the timeout drops the window to one packet, and only that ends it."""
+    r = _newreno_trace("prr", flows=2, duration_s=8.0, buffer_pkts=16, loss=0.05,
+                       retx_loss=True)
+    held, on, left = r["prr_held"], r["prr_on"], r["prr_left"]
+    assert held.any(), "no lost retransmission to look at"
+    assert not (held & ~on).any()
+    # held past the point where everything in flight at its start was reported
+    assert (held & (left <= 0)).any()
+    # each held recovery ends at a timeout: the window at the floor
+    ends = held[:-1] & ~held[1:]
+    assert ends.any()
+    assert np.all(r["cwnd"][1:][ends] <= PKT + 1e-3)
 
 
 def test_bad_recovery_is_refused():

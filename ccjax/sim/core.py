@@ -91,11 +91,20 @@ class Prr(struct.PyTreeNode):
     left: jnp.ndarray
     #: (F,) the losses the last tick reported, retransmitted this tick (``retx_loss``)
     retx_due: jnp.ndarray
+    #: (F,) bool: a retransmission of this recovery was lost (``retx_loss``), so the cumulative
+    #: ACK stays below RecoveryPoint and the recovery lasts until the retransmission timer
+    held: jnp.ndarray
+    #: (F,) bytes acked in the last tick (RFC 6937 DeliveredData of the ACKs this tick answers)
+    last: jnp.ndarray
+    #: (F,) the tick the recovery began
+    since: jnp.ndarray
 
     @classmethod
     def zeros(cls, F: int) -> Prr:
         z = jnp.zeros(F, jnp.float32)
-        return cls(on=jnp.zeros(F, bool), delivered=z, out=z, recover_fs=z, left=z, retx_due=z)
+        f = jnp.zeros(F, bool)
+        return cls(on=f, delivered=z, out=z, recover_fs=z, left=z, retx_due=z, held=f, last=z,
+                   since=z)
 
 
 class SimState(struct.PyTreeNode):
@@ -436,20 +445,30 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         allow = jnp.where(inflight <= 0, room, s.credit)
         burst = jnp.minimum(room, allow)
         if cfg.recovery == "prr":
-            # RFC 6937 §3.1 with the conservative reduction bound (PRR-CRB). The controller's
-            # window is the recovery's ssthresh. While the flight (pipe) exceeds it, send in
-            # proportion to what was delivered: CEIL(prr_delivered ssthresh / RecoverFS) -
-            # prr_out; below it, no more than was delivered (ns-3.37's TcpPrrRecovery applies
-            # the slow-start bound only to ACKs of retransmitted data; taken as every ACK from
-            # one RTT into the recovery it measured further from ns-3: docs/validation-history).
-            # prr_out counts new data only: retransmissions take no capacity in the simulator
-            # (``retx_loss``), so the new data puts on the link what RFC 6937's sndcnt, new data
-            # and retransmissions together, puts there.
+            # RFC 6937 §3.1 as ns-3.37's TcpPrrRecovery runs it. The controller's window is the
+            # recovery's ssthresh. While the flight (pipe) exceeds it, send in proportion to
+            # what was delivered: CEIL(prr_delivered ssthresh / RecoverFS) - prr_out. Below it
+            # ns-3's default bound (SSRB) lets an ACK of retransmitted data catch up to
+            # prr_delivered - prr_out (plus a segment) and any other ACK send only what it
+            # delivered. Retransmissions send no ACKs here, and the first come back about an
+            # RTT into the recovery (they wait in the queue the losses filled): for the first
+            # RTT a tick sends no more than the last tick delivered, after it up to
+            # prr_delivered - prr_out (RFC 6937's conservative bound, PRR-CRB). Letting the
+            # first RTT catch up too refilled the flight to ssthresh as soon as it fell below,
+            # where ns-3's flight goes on falling with each loss it learns of (ns-3, two CUBIC
+            # flows of 20 and 100 ms at 10 Mbps, 1 BDP, seed 1: the 20 ms flow's pipe fell
+            # from 178 to 78 segments, ssthresh 124; ccjax's stopped at 98 and the queue stayed
+            # full). SSRB from one RTT in, on every ACK, measured further from ns-3 than
+            # CRB (docs/validation-history). prr_out counts new data only: retransmissions
+            # take no capacity in the simulator (``retx_loss``), so the new data puts on the
+            # link what RFC 6937's sndcnt, new data and retransmissions together, puts there.
             r = s.prr
             ssth = cwnd
             prop = (jnp.ceil(r.delivered * ssth / jnp.maximum(r.recover_fs, PKT) / PKT - 1e-6)
                     * PKT - r.out)
-            crb = jnp.minimum(ssth - inflight, r.delivered - r.out)
+            first_rtt = (t - r.since) * dt < s.srtt
+            crb = jnp.minimum(ssth - inflight,
+                              jnp.where(first_rtt, r.last, r.delivered - r.out))
             prr_allow = jnp.maximum(jnp.where(inflight > ssth, prop, crb), 0.0)
             burst = jnp.where(r.on & (inflight > 0), prr_allow, burst)
         if cfg.model == "packet":
@@ -674,8 +693,13 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         # sender again, and the room it leaves may all go next tick (ns-3 sends it at once).
         r = s.prr
         left = jnp.where(r.on, r.left - ack_b - lost_b, r.left)
-        over = r.on & (left <= 0)
-        prr = prr.replace(on=r.on & ~over, left=left,
+        # A lost retransmission holds the cumulative ACK below RecoveryPoint: the recovery goes
+        # on, PRR still bounding what is sent, until the timer ends it (ns-3.37, which has no
+        # RACK, stays in CA_RECOVERY so; ccjax's sender used to leave PRR here, refill its
+        # window at once into a full queue and keep it full until the timer).
+        held = r.on & (r.held | (retx_lost > 0))
+        over = r.on & (left <= 0) & ~held
+        prr = prr.replace(on=r.on & ~over, left=left, held=held, last=ack_b,
                           delivered=jnp.where(r.on, r.delivered + ack_b, 0.0),
                           out=jnp.where(r.on, r.out + send, 0.0))
         if cfg.window_sender == "ack-clocked":
@@ -734,6 +758,8 @@ def tick_end(cfg: SimConfig, s: SimState, p: Pending, new_cc: Any, new_dec: Deci
         r = new.prr
         new = new.replace(prr=r.replace(
             on=jnp.where(enter, True, jnp.where(leave, False, r.on)),
+            held=jnp.where(enter | leave, False, r.held),
+            since=jnp.where(enter, part.t.astype(jnp.float32), r.since),
             delivered=jnp.where(enter, 0.0, r.delivered), out=jnp.where(enter, 0.0, r.out),
             recover_fs=jnp.where(enter, fs, r.recover_fs), left=jnp.where(enter, fs, r.left)))
     if live is None:
