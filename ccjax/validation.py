@@ -240,7 +240,12 @@ def ci_matrix(duration_s: float = 30.0) -> list[Scenario]:
 #: together admitted in the order the senders' jitter gives them (``sim.core._jittered_admission``;
 #: 2026-11-28) "newreno 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01" left it (utilization 0.851
 #: against ns-3's 0.810, 1.4 tolerances: fewer of ccjax's flows lose their first window whole,
-#: and ccjax's NewReno times out there 5.6 times a run against ns-3's 8.5); none joined.
+#: and ccjax's NewReno times out there 5.6 times a run against ns-3's 8.5); none joined. With
+#: PRR held by a lost retransmission and bounded by what was delivered in its first RTT
+#: (2026-11-28, tenth session) "cubic 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01" left it
+#: (utilization 0.501 against ns-3's 0.532, 1.03 tolerances, where the tree before had 0.520):
+#: the report's sixteen seeds' draw, not the model, moved it, since thirty-two seeds give 0.511
+#: before and after; none joined.
 CI_AGREEING = (
     "newreno 1f 10Mbps 40ms 1BDP loss0",
     "newreno 1f 50Mbps 40ms 0.25BDP loss0.01",
@@ -253,7 +258,6 @@ CI_AGREEING = (
     "cubic 1f 50Mbps 40ms 4BDP loss0",
     "cubic 2f 50Mbps 40/40ms 1BDP loss0.01",
     "cubic 2f 10Mbps 40/40ms 4BDP loss0.01",
-    "cubic 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01",
     "vegas 1f 10Mbps 40ms 1BDP loss0",
     "vegas 1f 50Mbps 40ms 0.25BDP loss0.01",
     "vegas 1f 50Mbps 40ms 4BDP loss0",
@@ -526,7 +530,11 @@ NS3_WINDOW_SENDER = {"newreno": "ack-clocked", "cubic": "ack-clocked", "vegas": 
 #: ns-3's NewReno (two flows, 10 Mbps, 0.25 BDP: 0.872 against 0.843; 0.882 before the drop
 #: order), which the pipe gives back in part (0.860). Without random loss ccjax's timeouts per
 #: flow per 30 s come to ns-3's (NewReno 0.21 and 0.21, CUBIC 0.34 and 0.28; 0.05 each before).
-#: The 2026-11-27 entries of docs/validation-history.md have the steps.
+#: The 2026-11-27 entries of docs/validation-history.md have the steps. Since 2026-11-28's tenth
+#: session PRR runs as ns-3's does in two more ways (``sim.core``): a lost retransmission holds
+#: the recovery until the timer, and below ssthresh the recovery's first RTT sends only what
+#: the last tick delivered (thirty-two seeds: 157 (105.7) and 158 (99.0) -> 158 (103.6) and
+#: 160 (95.4)).
 NS3_RECOVERY = "prr"
 
 
