@@ -61,6 +61,30 @@ def test_a_loss_is_a_new_episode_by_where_the_lost_packet_lies_in_the_stream():
     assert float(s2.ep.recoveries[0]) == 2.0 and pkts(d2.cwnd) == pytest.approx(15.0, rel=0.05)
 
 
+def test_a_loss_at_the_recover_point_is_the_episodes_tail_whatever_float32_rounds():
+    # A packet sent in the tick that brings a loss report lies at the recover point itself. Its
+    # position travels through the delay line as bytes x position in float32, and the recover
+    # point is the running byte count / MSS: at 50 Mbps after 11.5 s (about 47,700 packets)
+    # the two came apart by 0.004 packets, and the drop counted as a second episode (one
+    # NewReno flow, 50 Mbps, 1 BDP: the window halved twice). Positions step by whole packets, so
+    # only one at least a packet past the recover point starts a new episode.
+    c = NewReno()
+    p = c.default_params(1)
+    s, _ = c.init(p, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 300 * MSS), ssthresh=jnp.full(1, 200 * MSS))
+    f = lambda v: jnp.full(1, v, jnp.float32)  # noqa: E731
+    at = lambda st, seq, sent: st.replace(lost_seq=f(seq), sent_pkts=f(sent))  # noqa: E731
+    s, _ = c.on_interval(s, at(mi(acked_pkts=299, lost_pkts=1, inflight_pkts=300), 47379.29,
+                               47713.3203), p)
+    assert float(s.ep.recoveries[0]) == 1.0
+    tail, _ = c.on_interval(s, at(mi(acked_pkts=4, lost_pkts=1, inflight_pkts=300), 47713.3242,
+                                  47877.33), p)
+    assert float(tail.ep.recoveries[0]) == 1.0
+    new, _ = c.on_interval(s, at(mi(acked_pkts=4, lost_pkts=1, inflight_pkts=300), 47714.3242,
+                                 47877.33), p)
+    assert float(new.ep.recoveries[0]) == 2.0
+
+
 def test_newreno_slow_start_doubles_per_rtt():
     c = NewReno()
     p = c.default_params(1)
