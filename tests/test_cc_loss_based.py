@@ -66,8 +66,9 @@ def test_a_loss_at_the_recover_point_is_the_episodes_tail_whatever_float32_round
     # position travels through the delay line as bytes x position in float32, and the recover
     # point is the running byte count / MSS: at 50 Mbps after 11.5 s (about 47,700 packets)
     # the two came apart by 0.004 packets, and the drop counted as a second episode (one
-    # NewReno flow, 50 Mbps, 1 BDP: the window halved twice). Positions step by whole packets, so
-    # only one at least a packet past the recover point starts a new episode.
+    # NewReno flow, 50 Mbps, 1 BDP, with a drop order tried on 2026-11-28 that turned that
+    # packet away: the window halved twice). Positions step by whole packets, so only one at
+    # least a packet past the recover point starts a new episode.
     c = NewReno()
     p = c.default_params(1)
     s, _ = c.init(p, jnp.full(1, RTT))

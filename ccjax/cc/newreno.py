@@ -198,9 +198,10 @@ def track_episodes(ep: Episodes, stats: MIStats, min_rto_s: jnp.ndarray,
     # timeout (CUBIC, 2 flows, 40 ms, an outage from 1.5 to 3 s: the RTO at 3.04 s, the old
     # losses reported at 3.08 s, the next timeout at 5.04 s).
     by_seq = stats.lost_seq > 0
-    # (positions step by whole packets, but both come out of float32 sums: at 50 Mbps after 11.5 s
-    # a drop at the recover point itself came back 0.004 packets past it, so a new episode
-    # needs a packet sent at least one past it; half a packet absorbs the rounding)
+    # (positions step by whole packets, but both come out of float32 sums: at 50 Mbps after
+    # 11.5 s a drop at the recover point itself came back 0.004 packets past it and started a
+    # second episode, so a new one needs a packet sent at least one past it; half a packet
+    # absorbs the rounding)
     after = jnp.where(by_seq, stats.lost_seq > ep.recover + 0.5, lost > ep.old_bytes)
     blind = (lost > 0) & after & (acked <= 0) & (flight <= 0) & ~hole & ~timeout
     hole_at = jnp.where(timeout, NO_HOLE,
