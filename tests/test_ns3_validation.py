@@ -573,3 +573,59 @@ def test_score_script_counts_blocks_and_their_mean_against_both_references(capsy
         with pytest.raises(SystemExit):
             mod.main(argv)
         assert msg in capsys.readouterr().err and not seen
+
+
+def test_rtt_neighbourhood_script_moves_one_flows_rtt_and_keeps_the_buffer(capsys, tmp_path,
+                                                                          monkeypatch):
+    """``scripts/rtt_neighbourhood.py``: the scenario at each RTT of the span, the buffer kept in
+    packets, both simulators run on the same scenarios with the seeds asked for, each RTT's row
+    compared against its own ns-3 runs; bad input is refused with what is allowed before anything
+    runs."""
+    mod = _script("rtt_neighbourhood")
+    calls = []
+
+    def measured(sc: v.Scenario, short_share: float) -> v.Measured:
+        return v.Measured(0.99, 20.0, 0.005, [10.0 * short_share, 10.0 * (1 - short_share)])
+
+    def fake_ns3(scenarios, seeds, workers=2):
+        calls.append(("ns3", [sc.rtt_ms for sc in scenarios], tuple(seeds), workers))
+        # ns-3's share of flow 0 dips at 20 ms; its seeds agree
+        return [[measured(sc, 0.55 if sc.rtt_ms[0] == 20.0 else 0.70) for _ in seeds]
+                for sc in scenarios]
+
+    def fake_ccjax(scenarios, seeds, **kw):
+        calls.append(("ccjax", [sc.buffer_pkts for sc in scenarios], tuple(seeds)))
+        return [measured(sc, 0.70) for sc in scenarios]
+
+    monkeypatch.setattr(v, "run_ns3_seeds", fake_ns3)
+    monkeypatch.setattr(v, "run_ccjax", fake_ccjax)
+    name = "cubic 2f 10Mbps 20/100ms 1BDP loss0"
+    md = tmp_path / "nb" / "table.md"
+    assert mod.main([name, "--span", "2", "--ns3-seeds", "3,4", "--ccjax-seeds", "5",
+                     "--workers", "1", "--markdown", str(md)]) == 0
+    assert calls[0] == ("ns3", [(18.0, 100.0), (19.0, 100.0), (20.0, 100.0), (21.0, 100.0),
+                                (22.0, 100.0)], (3, 4), 1)
+    assert calls[1] == ("ccjax", [83] * 5, (1, 2, 3, 4, 5))
+    out = capsys.readouterr().out
+    assert md.read_text() == out
+    rows = [ln for ln in out.splitlines() if ln.startswith("| 2") or ln.startswith("| 1")]
+    assert len(rows) == 5 and rows[2].startswith("| 20 | 0.550 (0.55 0.55) |")
+    assert rows[2].endswith("| 0.990 | 0.700 | 0.862 | no: jain 2.6 tol |")  # (0.990-0.862)/0.05
+    assert rows[0].endswith("| yes |")
+    assert "ns-3 0.550 to 0.700 (mean 0.670), ccjax 0.700 to 0.700 (mean 0.700)" in out
+    assert "within every tolerance at 4 of 5" in out
+    # moving the flow whose RTT sets the buffer keeps the buffer too
+    sc = v.Scenario("cubic", 2, 10.0, (20.0, 100.0), 1.0, 0.0)
+    assert [s.buffer_pkts for s in mod.neighbourhood(sc, 1, 3)] == [83] * 7
+    assert [s.rtt_ms[0] for s in mod.neighbourhood(
+        v.Scenario("cubic", 2, 10.0, (2.0, 100.0), 1.0, 0.0), 0, 3)] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    for argv, msg in (([name.replace("cubic", "bbr")], "not a scenario of the matrix"),
+                      ([name, "--flow", "2"], "--flow 2: must be a flow of the scenario, 0 to 1"),
+                      ([name, "--span", "0"], "--span 0: must be an integer from 1 to 20"),
+                      ([name, "--ns3-seeds", "1,1"], "distinct integers >= 1"),
+                      ([name, "--ccjax-seeds", "0"], "--ccjax-seeds 0: must be an integer >= 1"),
+                      ([name, "--workers", "0"], "--workers 0: must be an integer >= 1")):
+        calls.clear()
+        with pytest.raises(SystemExit):
+            mod.main(argv)
+        assert msg in capsys.readouterr().err and not calls
