@@ -203,17 +203,19 @@ def _link_row(res: RunResult, i: int, w: np.ndarray) -> dict:
     # the means over links), not the base RTT summarize reports, and MOCC's O_lat is 0 for it
     mean_rtt = float(fl["mean_rtt_ms"]) if delivered > 0 else math.nan
     p95_rtt = float(fl["p95_rtt_ms"]) if delivered > 0 else math.nan
-    lat = float(metrics.latency_ratio(mean_rtt, fl["base_rtt_ms"]))
+    # latency ratios divide by the least RTT a data packet sees (as the environment's MI
+    # statistics do), one-way delays subtract half the propagation RTT
+    lat = float(metrics.latency_ratio(mean_rtt, fl["rtt_floor_ms"]))
     p95 = float(metrics.one_way_delay_from_rtt(p95_rtt, fl["base_rtt_ms"]))
     dropped = float(np.asarray(res.series.dropped[i, :, 0]).sum())
     loss = float(metrics.loss_rate(dropped, fl["sent_bytes"]))
-    reward = float(metrics.mocc_reward(w, util, 1.0, mean_rtt, fl["base_rtt_ms"], loss))
+    reward = float(metrics.mocc_reward(w, util, 1.0, mean_rtt, fl["rtt_floor_ms"], loss))
     return {"utilization": util, "latency_ratio": lat, "p95_delay_ms": p95, "loss_rate": loss,
             "reward": reward, "throughput_mbps": float(fl["throughput_mbps"]),
             "mean_rtt_ms": mean_rtt,
             "link_utilization": float(s["link"]["utilization"]),
             "capacity_mbps": float(s["link"]["capacity_mbps"]),
-            "base_rtt_ms": float(fl["base_rtt_ms"])}
+            "base_rtt_ms": float(fl["base_rtt_ms"]), "rtt_floor_ms": float(fl["rtt_floor_ms"])}
 
 
 def _resolve_links(scenario: str | Scenario, links: int | Sequence[LinkSpec], seed: int,
@@ -322,9 +324,9 @@ class PreferenceGrid:
     """``evaluate_preferences``' result: ``rows`` holds one dict per (preference, link),
     preference-major (``pref``, ``w_thr``, ``w_lat``, ``w_loss``, ``link`` and the per-link
     columns of ``EvalResult.per_link``: ``COLUMNS``, ``mean_rtt_ms``, ``base_rtt_ms``,
-    ``capacity_mbps``, ``buffer_pkts``, ``random_loss``). ``simulated`` counts the links the
-    simulator ran (preferences x links for a MOCC policy; the links once for a method whose
-    sending does not depend on the preference, rescored per preference)."""
+    ``rtt_floor_ms``, ``capacity_mbps``, ``buffer_pkts``, ``random_loss``). ``simulated``
+    counts the links the simulator ran (preferences x links for a MOCC policy; the links once
+    for a method whose sending does not depend on the preference, rescored per preference)."""
 
     method: str
     kind: str
@@ -460,7 +462,7 @@ def evaluate_preferences(
 
         # every (preference, link) reward at once: (N, 1, 3) weights against (1, M) totals
         rewards = np.asarray(metrics.mocc_reward(W[:, None, :], col("utilization"), 1.0,
-                                                 col("mean_rtt_ms"), col("base_rtt_ms"),
+                                                 col("mean_rtt_ms"), col("rtt_floor_ms"),
                                                  col("loss_rate")), np.float64)
         for p, w in enumerate(W):
             for i, r in enumerate(base):

@@ -110,8 +110,11 @@ def latency_ratio(rtt: Array, base_rtt: Array, weights: Array | None = None,
     over that axis (weights = delivered bytes per slot reproduce ``summarize``'s packet-weighted
     ``mean_rtt_ms``); non-finite RTTs (slots with no delivery, ``None`` in the JSON) are skipped.
 
-    Choice: the base RTT is the path's propagation RTT (``base_rtt_ms``), as MOCC's Fig. 5(e-h)
-    plots "latency ratio [58]" for a link of known RTT. MOCC's *state* feature p_t (§3.2) instead
+    Choice: the base RTT is the least RTT a data packet sees on the path, its propagation RTT
+    and its own transmission at the bottleneck (a summary's ``rtt_floor_ms``; ns-3's summaries,
+    which lack it, give the propagation RTT ``base_rtt_ms``), as MOCC's Fig. 5(e-h) plots
+    "latency ratio [58]" for a link of known RTT and Aurora [58] divides by the least latency
+    a sender can observe: an idle link reads 1. MOCC's *state* feature p_t (§3.2) instead
     divides by the minimum mean latency observed so far; that is a controller feature, not this
     metric.
 
@@ -160,7 +163,9 @@ def one_way_delay_from_rtt(rtt: Array, base_rtt: Array) -> jnp.ndarray:
     "half of the RTT", but its numbers are Pantheon's per-packet one-way delay = one-way
     propagation + bottleneck queueing: 440 KiB drain at 10 Mbps (360 ms) + 45 ms = 405 ms, the
     ceiling of Tables I/II; half the RTT would give ≈225 ms. In ccjax all queueing is on the
-    forward path and the propagation is symmetric, so forward delay = RTT − base RTT / 2.
+    forward path and the propagation is symmetric, so forward delay = RTT − base RTT / 2 (with
+    ``base_rtt`` the propagation RTT, ``base_rtt_ms``: the delay keeps the packet's transmission
+    at the bottleneck, which ccjax's RTTs carry, ``ccjax.sim.core.rtt_correction_ticks``).
     """
     return _f(rtt) - 0.5 * _f(base_rtt)
 
@@ -529,7 +534,10 @@ def summary_metrics(summary: dict, *, stop_s: Sequence[float] | None = None,
 
     thr_avg = np.array([_num(f["throughput_mbps"]) for f in flows], float)
     deliv = np.array([_num(f["delivered_bytes"]) for f in flows], float)
-    base = np.array([_num(f["base_rtt_ms"]) for f in flows], float)
+    # latency ratios divide by the least RTT a data packet sees (ccjax's ``rtt_floor_ms``:
+    # propagation and transmission); a summary without it (ns-3's) by the propagation RTT
+    base = np.array([_num(f.get("rtt_floor_ms", f["base_rtt_ms"])) for f in flows], float)
+    prop = np.array([_num(f["base_rtt_ms"]) for f in flows], float)
     mean_rtt = np.array([_num(f["mean_rtt_ms"]) for f in flows], float)
     p95_rtt = np.array([_num(f["p95_rtt_ms"]) for f in flows], float)
     cap_mean = _num(link["capacity_mbps"])
@@ -540,7 +548,7 @@ def summary_metrics(summary: dict, *, stop_s: Sequence[float] | None = None,
     lr = np.asarray(latency_ratio(mean_rtt, base), float)
     out["latency_ratio_flows"] = lr.tolist()
     out["latency_ratio"] = float(weighted_mean(lr, deliv))
-    d95 = np.asarray(one_way_delay_from_rtt(p95_rtt, base), float)
+    d95 = np.asarray(one_way_delay_from_rtt(p95_rtt, prop), float)
     out["p95_one_way_delay_ms_flows"] = d95.tolist()
     out["p95_one_way_delay_ms"] = float(np.nanmax(d95)) if F and np.isfinite(d95).any() else (
         math.nan)

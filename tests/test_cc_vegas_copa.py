@@ -99,14 +99,18 @@ def test_vegas_ns3_segments_truncates_the_target_and_keeps_whole_segments():
     st = mi(acked_pkts=40, rtt_min=rtt_for_diff(40.7, 0.5))
     assert pkts(c.on_interval(s7, st, p)[1].cwnd) == pytest.approx(41.7, rel=1e-5)
     assert pkts(c.on_interval(s7, st, p3)[1].cwnd) == pytest.approx(41.0, rel=1e-5)
-    # Leaving slow start at Diff = 5.5: real-valued 40 - 5.5 + 1 = 35.5 packets; ns-3
-    # min(segCwnd, targetCwnd + 1) = floor(34.5) + 1 = 35 whole segments.
+    # Leaving slow start at Diff = 5.5 (of 40): real-valued 40 - 5.5 + 1 = 35.5 packets. ns-3
+    # tests at the round's end, its window grown by the round's ACKs: of 40 acked, segCwnd 80,
+    # targetCwnd floor(80 x 34.5 / 40) = 69, min(segCwnd, targetCwnd + 1) = 70 whole segments.
     ss = s.replace(ssthresh=jnp.full(1, 1e30))
     st = mi(acked_pkts=40, rtt_min=rtt_for_diff(40, 5.5))
     assert pkts(c.on_interval(ss, st, p)[1].cwnd) == pytest.approx(35.5, rel=1e-5)
     s3, d3 = c.on_interval(ss, st, p3)
-    assert pkts(d3.cwnd) == pytest.approx(35.0, rel=1e-5)
+    assert pkts(d3.cwnd) == pytest.approx(70.0, rel=1e-5)
     assert pkts(s3.ssthresh) <= pkts(s3.cwnd)  # congestion avoidance from now on
+    # Of 10 acked (part of a round), segCwnd 50: floor(50 x 34.5 / 40) = 43, so 44.
+    st = mi(acked_pkts=10, rtt_min=rtt_for_diff(40, 5.5))
+    assert pkts(c.on_interval(ss, st, p3)[1].cwnd) == pytest.approx(44.0, rel=1e-5)
 
 
 def test_vegas_diff_uses_the_window_the_samples_were_sent_with():
@@ -192,14 +196,15 @@ def test_vegas_ns3_rtt_reads_the_smoothed_rtt():
     """ns-3.37's TcpVegas gets the smoothed RTT: the lowest of it over the round is its RTT,
     the lowest ever its BaseRTT (``ns3_rtt``). A round of 20 packets whose own samples show an
     empty queue (lowest sample = BaseRTT) while the smoothed RTT still carries the last burst's
-    queue: with ``ns3_rtt`` Diff = 20 (1 - 40/48) = 3.3 > gamma and Vegas leaves slow start at
-    target + 1 = 17 (whole segments), without it Diff = 0 and the window doubles."""
+    queue: with ``ns3_rtt`` Diff > gamma and Vegas leaves slow start, from the window grown by
+    the round's 20 ACKs (40 segments, ns-3's at the round's end) at targetCwnd + 1 = floor(40 x
+    40/48) + 1 = 34, without it Diff = 0 and the window doubles."""
     c = Vegas()
     p = c.default_params(1).replace(ss_every_other_rtt=jnp.zeros(1, bool),
                                     ns3_segments=jnp.ones(1, bool))
     f = lambda v: jnp.full(1, v, jnp.float32)  # noqa: E731
     stats = mi(acked_pkts=20).replace(srtt_min=f(RTT * 1.2), srtt=f(RTT * 1.25))
-    for ns3, expect in ((False, 40.0), (True, 17.0)):
+    for ns3, expect in ((False, 40.0), (True, 34.0)):
         q = p.replace(ns3_rtt=jnp.full(1, ns3))
         s, _ = c.init(q, jnp.full(1, RTT))
         # ns-3's BaseRTT starts from nothing (m_baseRtt = Time::Max), Linux's from the base RTT

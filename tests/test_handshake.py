@@ -28,8 +28,12 @@ def test_data_starts_after_the_handshake_and_the_access_delay(handshake, access,
     _, _, _, rec = tick_trace(spec, "packet", None, 0.12, window_pkts=10.0,
                               window_sender="ack-clocked")
     assert _first_send_tick(rec["sent"], 0) == first
-    # the RTT estimate is the base RTT until ACKs come back: nothing queued met the SYN
-    assert rec["srtt"][first + 39, 0] == pytest.approx(0.040)
+    # the RTT estimate holds until ACKs come back: the SYN's sample, the base RTT (nothing
+    # queued met it, and its own transmission is nil), or without a handshake the least RTT a
+    # data packet sees, the base RTT and its transmission (1500 bytes at 10 Mbps: 1.2 ms)
+    tx_s = PACKET_BYTES * 8 / 10e6
+    expect = 0.040 if handshake else 0.040 + tx_s
+    assert rec["srtt"][first + 39, 0] == pytest.approx(expect)
 
 
 def test_the_handshake_sample_carries_the_queue_the_syn_met():
@@ -46,7 +50,8 @@ def test_the_handshake_sample_carries_the_queue_the_syn_met():
         t = int(round(syn_at * 1e3))
         assert _first_send_tick(rec["sent"], 1) == t + 40
         est = rec["srtt"][t, 1]
-        assert rec["srtt"][t - 1, 1] == pytest.approx(0.040)
+        # before the SYN crosses: the least RTT a data packet sees (base + its transmission)
+        assert rec["srtt"][t - 1, 1] == pytest.approx(0.040 + PACKET_BYTES / rate * 1e-3)
         if queued:
             # the backlog after ticks 20-24 of service: 30 packets less five ticks' worth
             wait_s = (30 * PACKET_BYTES - 5 * rate) / rate * 1e-3

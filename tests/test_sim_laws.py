@@ -41,12 +41,38 @@ def test_below_capacity_no_queue(model, loss):
     tol = 0.002 if model == "fluid" else 0.03
     assert f["throughput_mbps"] == pytest.approx(10.0 * (1 - loss), rel=tol)
     assert f["loss_rate"] == pytest.approx(loss, abs=0.01 if model == "packet" else 1e-5)
+    # an RTT is the propagation RTT, the queueing delay and the packet's own transmission at
+    # the bottleneck (1500 bytes at 20 Mbps: 0.6 ms, which the queueing delay of a packet
+    # meeting an idle link leaves out), as in ns-3 (``core.rtt_correction_ticks``)
+    ser_ms = PACKET_BYTES * 8 / 20e6 * 1e3
     if model == "fluid":
-        assert f["mean_rtt_ms"] == pytest.approx(50.0, abs=1e-3)
+        assert f["mean_rtt_ms"] == pytest.approx(50.0 + ser_ms, abs=1e-3)
         assert max(s["link"]["queue_series_pkts"]) < 1e-6
     else:  # stochastic pacing may put one packet ahead of another for under a tick
-        assert 50.0 <= f["mean_rtt_ms"] < 51.0
+        assert 50.0 + ser_ms <= f["mean_rtt_ms"] < 51.0 + ser_ms
         assert max(s["link"]["queue_series_pkts"]) <= 2
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_least_rtt_carries_the_whole_transmission_in_packets_and_up_to_a_tick_in_fluid(model):
+    """3 Mbps: a 1500-byte packet takes 4 ms. A packet meeting an idle link reads its whole
+    transmission in its RTT; the fluid model, whose bytes meeting an idle link leave within the
+    tick, carries one tick of it (``core.transmission_ticks``). Either way the least RTT
+    (``rtt_floor_ms``) is what an idle link's packets read, a latency ratio of 1."""
+    from ccjax.metrics import summary_metrics
+
+    spec = link_from_flags(flows=1, bw_mbps=3.0, rtt_ms=(40.0,), buffer_pkts=100)
+    s = simulate([spec], rate_mbps=0.3, duration_s=3.0, model=model, seed=1).summary()
+    f = s["flows"][0]
+    tx_ms = 4.0 if model == "packet" else 1.0
+    assert f["base_rtt_ms"] == pytest.approx(40.0)
+    assert f["rtt_floor_ms"] == pytest.approx(40.0 + tx_ms, abs=1e-4)
+    assert f["mean_rtt_ms"] == pytest.approx(40.0 + tx_ms, abs=1e-3)
+    assert summary_metrics(s)["latency_ratio"] == pytest.approx(1.0, abs=1e-4)
+    if model == "packet":
+        # the tick's delay holds max(T - 1, 0) = 3 ms of the transmission, and the RTT adds the
+        # last tick (ns-3's queue sojourn is 0 here: a difference the README names)
+        assert s["link"]["mean_queue_delay_ms"] == pytest.approx(3.0, abs=1e-3)
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -58,6 +84,10 @@ def test_above_capacity_fills_buffer(model):
     full_ms = buf * PACKET_BYTES * 8 / (bw * 1e6) * 1e3  # buffer / capacity = 60 ms
     rtt_late = [x for x in f["rtt_series_ms"][-30:] if x is not None]
     assert np.mean(rtt_late) == pytest.approx(rtt + full_ms, rel=0.03)
+    # a packet that queues arrived half a tick before its tick's end on average, which its
+    # queueing delay (taken from the tick's end) leaves out of its RTT
+    extra = f["mean_rtt_ms"] - rtt - s["link"]["mean_queue_delay_ms"]
+    assert extra == pytest.approx(0.5, abs=0.05)
     assert s["link"]["drop_rate"] == pytest.approx(1 - bw / rate, abs=0.01)
     assert s["link"]["utilization"] > 0.99
     assert f["throughput_mbps"] == pytest.approx(bw, rel=0.01)
@@ -436,3 +466,24 @@ def test_cwnd_series_is_the_window_each_sender_is_held_to_at_each_intervals_end(
                  window_sender="ack-clocked").summary(0)["flows"][1]["cwnd_series_pkts"]
     # the second flow is sent nothing before 0.5 s: no window is reported for it there
     assert w[:5] == [None] * 5 and all(x is not None and x >= 1.0 for x in w[5:])
+
+
+def test_rtt_correction_is_the_transmission_an_idle_link_hides_and_half_a_tick_in_a_queue():
+    """``core.rtt_correction_ticks``: arrivals are taken at the tick's end, service runs from its
+    start. At an idle link a packet's delay is ``max(tx - 1, 0)``, so its RTT lacks ``min(tx,
+    1)`` ticks and reads the propagation RTT plus its whole transmission; a queued packet lacks
+    half a tick; between them the correction moves with the delay over one tick."""
+    from ccjax.sim.core import rtt_correction_ticks
+
+    f = lambda q, tx: float(rtt_correction_ticks(jnp.float32(q), jnp.float32(tx)))  # noqa: E731
+    for tx in (0.24, 0.6, 1.2, 4.0):  # 50, 20, 10 and 3 Mbps at 1 ms ticks
+        idle = max(tx - 1.0, 0.0)
+        assert idle + f(idle, tx) == pytest.approx(tx, abs=1e-6)  # the whole transmission
+        assert f(idle + 1.0, tx) == pytest.approx(0.5, abs=1e-6)  # queued: half a tick
+        assert f(idle + 30.0, tx) == pytest.approx(0.5, abs=1e-6)
+        mid = f(idle + 0.5, tx)
+        assert min(0.5, min(tx, 1.0)) <= mid <= max(0.5, min(tx, 1.0))
+        # an RTT never falls as the delay grows
+        qs = np.linspace(idle, idle + 2.0, 41)
+        rtts = np.array([q + f(q, tx) for q in qs])
+        assert np.all(np.diff(rtts) >= -1e-6)

@@ -69,6 +69,17 @@ How the per-ACK sender maps to one MI per RTT:
   Under 1 % random loss at 50 Mbps, where Vegas slow-starts again after each timeout, that is
   what keeps ns-3's Vegas lower on the link (eight ccjax seeds, Jain of averaged throughputs:
   44 of the 60 Vegas scenarios within every tolerance with the older window, 49 with this one).
+  In slow start ns-3's window at the round's end has grown by the round's ACKs (it grows per
+  ACK and tests at the ACK that covers ``m_begSndNxt``), so ``segCwnd`` there is the window
+  grown by this MI's ACKs. Traced (2 flows, 10 Mbps, 20 and 100 ms, 1 BDP): ns-3's 20 ms flow
+  grew 10, 20, 37 and left at 32; ccjax's, reading the window before the MI's ACKs, left at 19,
+  halfway through the round's ACK train, and the 100 ms flow, starting later into a shorter
+  queue, left at 29 and ended at 23 to 30, where ns-3's ended at 31 to 34. With the grown
+  window and the data packets' transmission time in their RTTs (``sim.core.
+  rtt_correction_ticks``), thirty-two ccjax seeds (``scripts/score_matrix.py``): 51 and 52 of
+  the Vegas 60 within every tolerance against the two ns-3 references (distance 34.1 and 35.5),
+  from 51 and 50 (36.7 and 37.6); the grown window alone 49 and 49 (38.2 and 40.0: one flow at
+  50 Mbps then left slow start at 128 packets where ns-3's leaves at 71).
   ``ns3_segments`` selects all of this (default off: the paper's and Linux's real-valued Diff
   and windows), for the cross-validation.
 * ns-3.37 hands a congestion control the RTT estimator's *smoothed* RTT (``TcpSocketBase::
@@ -220,7 +231,19 @@ class Vegas:
         # segCwnd is the window now (ns-3 reads tcb->m_cWnd when the round ends), not the one
         # whose packets produced the RTTs (w_sent, the paper's and Linux's intent): a window
         # one packet up in CA, or the doubled one in slow start, reads a larger Diff.
-        seg = jnp.floor(cwnd / MSS + 1e-4)  # (a window of k packets in float32 is k, not k - eps)
+        in_ss = cwnd < state.ssthresh
+        # --- Reno, where Vegas has no estimate (RFC 5681 over the MI; only ACKs of data sent
+        # after the last reduction count, as in newreno); in slow start also the window ns-3
+        # reads at the round's end (below).
+        reno_ss, rest = slow_start(cwnd, state.ssthresh, ev.acked_new)
+        # In slow start the window at the round's end has grown by the round's ACKs (ns-3 grows
+        # it per ACK and tests Diff at the ACK that covers m_begSndNxt: traced, 10 Mbps, 20 ms,
+        # 10 packets, 20, then 37 at the test, which left at 33). ccjax's MI has its ACKs in
+        # aggregate, so ns-3's segCwnd is the window grown by this MI's (``reno_ss``); the
+        # window before them read a round's test half a train early (that flow left at 19).
+        seg_now = jnp.where(in_ss & ~(state.ss_hold & p.ss_every_other_rtt), reno_ss, cwnd)
+        # (+1e-4: a window of k packets in float32 is k, not k - eps)
+        seg = jnp.floor(seg_now / MSS + 1e-4)
         seg_target = jnp.floor(seg * (1.0 - vegas_diff(1.0, base, rtt)) + 1e-4)
         diff = jnp.where(p.ns3_segments, seg - seg_target, diff)
         # (ns-3's targetCwnd has no delivery-rate bound: with a flow's data and SYN meeting the
@@ -228,16 +251,11 @@ class Vegas:
         # 100 ms flow beside a 20 ms one down to about 19 packets, where ns-3's leaves at 33.)
         target = jnp.where(p.ns3_segments, seg_target, target)
 
-        in_ss = cwnd < state.ssthresh
-
-        # --- Reno, where Vegas has no estimate (RFC 5681 over the MI; only ACKs of data sent
-        # after the last reduction count, as in newreno).
-        reno_ss, rest = slow_start(cwnd, state.ssthresh, ev.acked_new)
         reno = reno_ss + MSS * rest / reno_ss
 
         # ns-3 keeps the window in whole segments where Vegas sets it: cwnd = segCwnd * MSS,
         # with segCwnd = cwnd / MSS (integer division) moved by one or set to targetCwnd + 1.
-        cwnd_v = jnp.where(p.ns3_segments, jnp.floor(cwnd / MSS + 1e-4) * MSS, cwnd)
+        cwnd_v = jnp.where(p.ns3_segments, seg * MSS, cwnd)
 
         # --- Vegas slow start: double every other RTT (§3.3), leave it once Diff > gamma with the
         # window the actual rate fills, plus one packet (Linux).

@@ -59,7 +59,7 @@ from ccjax.cc.base import Controller, Decision
 from ccjax.envs.features import empty_history, encode, mi_features, push, state_dim
 from ccjax.envs.rewards import MIOutcome, RewardFn, mocc_reward
 from ccjax.sim import capacity
-from ccjax.sim.core import SimState, init_state, tick
+from ccjax.sim.core import SimState, data_rtt_floor_s, init_state, tick
 from ccjax.sim.link import LinkParams, SimConfig
 from ccjax.sim.stats import MIStats
 from ccjax.units import PACKET_BYTES
@@ -198,13 +198,14 @@ class SingleFlowEnv:
         cap = capacity.mean_rate_jnp(st.link.sched) / self.sim.tick_s
         base = st.link.rtt_ticks[0].astype(jnp.float32) * self.sim.tick_s
         last = st.sim.last  # the agent is flow 0
-        rtt = jnp.where(last.rtt_samples[0] > 0, last.rtt_mean[0], base)
+        floor = data_rtt_floor_s(st.link, self.sim)[0]  # what latency ratios divide by
+        rtt = jnp.where(last.rtt_samples[0] > 0, last.rtt_mean[0], floor)
         return jnp.stack([
             jnp.clip(jnp.log(st.rate / jnp.maximum(cap, 1e-9)), -5.0, 3.0),
             10.0 * jnp.asarray(st.link.loss, jnp.float32),
             jnp.log(base / 0.05),
             jnp.minimum(PACKET_BYTES / jnp.maximum(cap, 1e-9) / base, 5.0),
-            jnp.clip(jnp.log(jnp.maximum(rtt / base, 1.0)), 0.0, 5.0),
+            jnp.clip(jnp.log(jnp.maximum(rtt / floor, 1.0)), 0.0, 5.0),
             1.0 - st.step.astype(jnp.float32) / self.episode_len,
         ]).astype(jnp.float32)
 
@@ -217,8 +218,10 @@ class SingleFlowEnv:
         cap = capacity.mean_rate_jnp(link.sched) / self.sim.tick_s
         u = jax.random.uniform(k_rate, (), minval=params.init_lo, maxval=params.init_hi)
         rate = jnp.clip(u * cap, params.min_rate, params.max_rate)
-        base = link.rtt_ticks[0].astype(jnp.float32) * self.sim.tick_s
-        sp = SlotParams(init_rate=rate, mi_rtts=params.mi_rtts, first_mi_s=1.5 * base,
+        # Aurora's first MI: 1.5 x the sender's first RTT estimate, the least RTT a data packet
+        # sees (as ``PolicyController.init`` gets it from ``init_state``)
+        floor = data_rtt_floor_s(link, self.sim)[0]
+        sp = SlotParams(init_rate=rate, mi_rtts=params.mi_rtts, first_mi_s=1.5 * floor,
                         cross=params.cross)
         sim = init_state(self.sim, link, self._slot(), sp, k_sim)
         hist = empty_history(self.history)

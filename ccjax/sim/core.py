@@ -146,16 +146,68 @@ def base_rtt_s(link: LinkParams, cfg: SimConfig) -> jnp.ndarray:
     return link.rtt_ticks.astype(jnp.float32) * cfg.tick_s
 
 
+def transmission_ticks(link: LinkParams, cfg: SimConfig) -> jnp.ndarray:
+    """A packet's transmission time at the bottleneck that its RTT carries, ticks: ``PKT``
+    bytes at the mean rate in the packet model; in the fluid model at most one tick.
+
+    The fluid model has no packets: a tick's bytes that meet an idle link leave within that
+    tick whatever the rate, their queueing delay 0 where a packet's is ``max(tx - 1, 0)``. Its
+    RTTs carry the transmission up to the tick it resolves, so that its least RTT and the one
+    its bytes read at an idle link are the same (a constant rate below capacity reads a latency
+    ratio of 1, as MOCC's reward expects), and equal the packet model's wherever a packet takes
+    under a tick (above 12 Mbps at 1 ms ticks). Below that the packet model, the reference for
+    TCP, has the whole transmission."""
+    tx = PKT / jnp.maximum(capacity.mean_rate_jnp(link.sched), 1e-30)
+    return jnp.minimum(tx, 1.0) if cfg.model == "fluid" else tx
+
+
+def rtt_correction_ticks(qd: jnp.ndarray, tx: jnp.ndarray) -> jnp.ndarray:
+    """What a packet's queueing delay ``qd`` (ticks) leaves out of its RTT, for a transmission
+    time of ``tx`` ticks.
+
+    A tick's arrivals are taken at the tick's end while the link serves from the tick's start.
+    A packet that meets an idle link so gets the delay ``max(tx - 1, 0)`` for a transmission of
+    ``tx``: it lacks ``min(tx, 1)`` (its whole transmission where that is under a tick). One
+    that queues leaves when the packets ahead of it and its own transmission are served, as the
+    delay has it, but arrived half a tick before the tick's end on average: it lacks half a
+    tick. Between the two the correction moves with the delay beyond an idle link's, over one
+    tick. (The delay itself is what is compared with ns-3's queue sojourn and left as it is.)
+
+    Measured in ns-3's dumbbell (``mean_rtt_ms - base_rtt_ms - mean_queue_delay_ms``, one
+    NewReno and one Vegas flow, 40 ms, 1 BDP): 1.86 ms at 10 Mbps and 0.40 ms at 50 Mbps, the
+    transmission (1.2 and 0.24 ms), the senders' jitter (half a packet time on average) and the
+    access links' and the ACK's transmission, the last two not modelled; ccjax had 0.00 at both.
+    It matters where a controller compares data RTTs with the SYN's, whose transmission time is
+    nil: ns-3's Vegas takes BaseRTT from the smoothed RTT that the SYN's sample started
+    (``VegasParams.ns3_rtt``; docs/validation-history.md, 2026-11-29)."""
+    idle = jnp.minimum(tx, 1.0)
+    return idle - (idle - 0.5) * jnp.clip(qd - jnp.maximum(tx - 1.0, 0.0), 0.0, 1.0)
+
+
+def data_rtt_floor_s(link: LinkParams, cfg: SimConfig) -> jnp.ndarray:
+    """The least RTT a data packet can see: the propagation RTT plus its transmission time at
+    the bottleneck (an idle link's, ``rtt_correction_ticks``). Without a handshake the sender's
+    RTT estimate starts here, the lowest it can measure; MI statistics take it as the base RTT
+    that queueing delays add to."""
+    tx = transmission_ticks(link, cfg)
+    return base_rtt_s(link, cfg) + (jnp.maximum(tx - 1.0, 0.0)
+                                    + rtt_correction_ticks(jnp.zeros_like(tx), tx)) * cfg.tick_s
+
+
 def _mi_ticks(mi_s: jnp.ndarray, cfg: SimConfig) -> jnp.ndarray:
     mi = jnp.nan_to_num(mi_s / cfg.tick_s, nan=1.0, posinf=1e9)
-    return jnp.clip(jnp.round(mi), 1, 1e9).astype(jnp.int32)
+    # Half a tick rounds up, whatever the float round-off: an MI of 0.5 x an RTT of an odd
+    # number of ticks (a data packet's least RTT is often a whole tick over the propagation
+    # RTT, ``rtt_correction_ticks``) lies on the tie, where two programs computing the same
+    # RTT with their float32 operations fused differently would otherwise round it apart.
+    return jnp.clip(jnp.floor(mi + 0.5 + 1e-4), 1, 1e9).astype(jnp.int32)
 
 
 def init_state(
     cfg: SimConfig, link: LinkParams, controller: Controller, cc_params: Any, key: jnp.ndarray
 ) -> SimState:
     F = cfg.n_flows
-    rtt = base_rtt_s(link, cfg)
+    rtt = data_rtt_floor_s(link, cfg)
     cc_state, dec = controller.init(cc_params, rtt)
     z = jnp.zeros(F, jnp.float32)
     return SimState(
@@ -583,8 +635,11 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     lost_seq = jnp.where(lost_b > 0, fb[:, 3] / jnp.maximum(lost_b, 1e-30), 0.0)
     has = ack_b > 0
     qd = qd_b / jnp.maximum(ack_b, 1e-30)  # ticks, byte-weighted over this tick's ACKs
-    base = base_rtt_s(link, cfg)
-    rtt = base + qd * dt
+    # (a packet's RTT: the propagation RTT, its queueing delay and what the delay leaves out of
+    # its own transmission; ``base``, the least of them, is what MI statistics add delays to)
+    base = data_rtt_floor_s(link, cfg)
+    tx = transmission_ticks(link, cfg)
+    rtt = base_rtt_s(link, cfg) + (qd + rtt_correction_ticks(qd, tx)) * dt
     srtt = jnp.where(has, 0.875 * s.srtt + 0.125 * rtt, s.srtt)  # RFC 6298 alpha = 1/8
     min_rtt = jnp.where(has, jnp.minimum(s.min_rtt, rtt), s.min_rtt)
     # The handshake (``LinkSpec.handshake``): the SYN crosses the bottleneck at ``syn_tick``,
@@ -593,7 +648,9 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     # estimate, and in Vegas's BaseRTT (ns-3, four Vegas flows of 20-100 ms at 10 Mbps, seeds 1
     # and 2: the 73 ms flow's first sample was 79 and 80 ms, the others' their base RTTs).
     # (at least the base RTT: on a trace, a SYN in an idle millisecond waits for nothing)
-    syn_rtt = base + jnp.maximum(capacity.inv(link.sched, c0 + qtot) - tf, 0.0) * dt
+    # (a SYN's own transmission time is nil: the propagation RTT, not ``base``)
+    syn_rtt = base_rtt_s(link, cfg) + jnp.maximum(capacity.inv(link.sched, c0 + qtot) - tf,
+                                                  0.0) * dt
     syn = t == link.syn_tick
     srtt = jnp.where(syn, syn_rtt, srtt)
     min_rtt = jnp.where(syn, syn_rtt, min_rtt)

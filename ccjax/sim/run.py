@@ -18,12 +18,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from ccjax.cc.base import Controller
+from ccjax.sim import capacity
 from ccjax.sim.compact import is_per_flow, leads_with, on_interval_where, pays_off
 from ccjax.sim.core import (
     SimState,
     Totals,
     any_fresh,
     init_state,
+    rtt_correction_ticks,
     tick,
     tick_begin,
     tick_end,
@@ -275,6 +277,11 @@ def summarize(res: RunResult, i: int = 0) -> dict:
     * goodput: the same in TCP payload bytes (1448 per 1500-byte packet, as ns-3 and iperf count);
     * mean RTT and mean queueing delay: averages over delivered bytes (packet-weighted, as a
       receiver measures them); p95 RTT: from the histogram of RTT samples returned to the sender;
+      an RTT is the propagation RTT, the queueing delay and what that delay leaves out of the
+      packet's own transmission time at the bottleneck (``core.rtt_correction_ticks``; here of
+      the mean and the 95th percentile delay);
+    * ``rtt_floor_ms``: the least RTT a data packet sees (propagation and transmission),
+      ``base_rtt_ms`` the propagation RTT alone;
     * loss rate: bytes lost at the link (random + drop-tail) over bytes sent;
     * timeouts and recoveries (controllers that track loss episodes: NewReno, CUBIC, Vegas,
       Copa): retransmission timeouts and loss episodes (window reductions on a loss report) over
@@ -286,6 +293,16 @@ def summarize(res: RunResult, i: int = 0) -> dict:
     interval_s = lengths * dt
     link = jax.tree.map(lambda x: np.asarray(x[i]), res.links)
     base = link.rtt_ticks * dt
+    # a data packet's RTT adds to its queueing delay what the delay leaves out of its own
+    # transmission (``core.rtt_correction_ticks``; at most a tick in the fluid model,
+    # ``core.transmission_ticks``)
+    tx = PACKET_BYTES / max(capacity.mean_rate(link.sched), 1e-30)
+    tx = min(tx, 1.0) if cfg.model == "fluid" else tx
+
+    def rtt_ms(f: int, q_ticks: float | np.ndarray) -> np.ndarray:
+        q = np.asarray(q_ticks, np.float64)
+        return (base[f] + (q + np.asarray(rtt_correction_ticks(q, tx))) * dt) * 1e3
+
     flows = []
     hist = tot.hist.sum(0)
     qmax = tot.qmax.max(0)
@@ -304,19 +321,25 @@ def summarize(res: RunResult, i: int = 0) -> dict:
             "goodput_mbps": thr * PAYLOAD_BYTES / PACKET_BYTES * 8e-6,
             "throughput_mbps": thr * 8e-6,
             "send_rate_mbps": sent / act_s * 8e-6,
-            "mean_rtt_ms": (base[f] + mean_q * dt) * 1e3,
-            "p95_rtt_ms": (base[f] + p95q[f] * dt) * 1e3,
+            "mean_rtt_ms": float(rtt_ms(f, mean_q)),
+            "p95_rtt_ms": float(rtt_ms(f, float(p95q[f]))),
             "loss_rate": float(tot.dropped[:, f].sum() / sent) if sent > 0 else 0.0,
             "sent_bytes": float(sent), "delivered_bytes": float(deliv),
             "base_rtt_ms": float(base[f] * 1e3),
+            # the least RTT a data packet sees: the propagation RTT and the packet's own
+            # transmission at an idle bottleneck (``core.data_rtt_floor_s``); what latency
+            # ratios divide by
+            "rtt_floor_ms": float((base[f] + tx * dt) * 1e3),
             "start_s": float(link.start_tick[f] * dt),
             **({} if episodes is None else {"timeouts": int(episodes[0][f]),
                                              "recoveries": int(episodes[1][f])}),
             "throughput_series_mbps": (tot.delivered[:, f] / interval_s * 8e-6).tolist(),
             # mean RTT of the bytes delivered in each interval; null where none were delivered
             "rtt_series_ms": [
-                float((base[f] + q / d * dt) * 1e3) if d > 0 else None
-                for q, d in zip(tot.qd_sum[:, f], tot.delivered[:, f], strict=True)],
+                float(r) if d > 0 else None
+                for r, d in zip(rtt_ms(f, tot.qd_sum[:, f] / np.maximum(tot.delivered[:, f],
+                                                                         1e-30)),
+                                tot.delivered[:, f], strict=True)],
             **({} if cwnd is None else {"cwnd_series_pkts": _window_series(
                 cwnd[:, f], tot.active_ticks[:, f])}),
         })

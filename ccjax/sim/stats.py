@@ -129,7 +129,11 @@ class MIStats(struct.PyTreeNode):
     #: estimator's smoothed value, not the sample), and Vegas takes the minimum over an RTT
     srtt_min: jnp.ndarray
     min_rtt: jnp.ndarray  # lowest RTT the sender has ever seen
-    base_rtt: jnp.ndarray  # propagation RTT of the path (what percentiles are added to)
+    #: the least RTT a data packet sees on the path: the propagation RTT and the packet's
+    #: transmission at an idle bottleneck (``core.data_rtt_floor_s``); what percentiles add the
+    #: queueing delay to (a queued packet's RTT carries half a tick where this has the whole
+    #: transmission, ``core.rtt_correction_ticks``: at most half a tick apart)
+    base_rtt: jnp.ndarray
     qdelay_hist: jnp.ndarray  # (F, bins) acked bytes per queueing-delay bin
     qdelay_max: jnp.ndarray  # largest queueing delay (ticks)
     #: bytes among ``lost_bytes`` whose retransmission was lost as well (``SimConfig.retx_loss``;

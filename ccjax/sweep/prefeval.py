@@ -41,7 +41,9 @@ Storage, under ``SWEEP_DIR/prefeval/``::
 
 Columns (every file): ``pref`` (int, 0..N-1), ``w_thr``, ``w_lat``, ``w_loss``, ``link`` (int,
 0..M-1), ``reward``, ``utilization``, ``latency_ratio``, ``loss_rate``, ``throughput_mbps``,
-``p95_delay_ms``, ``mean_rtt_ms``, ``base_rtt_ms``, ``capacity_mbps``, ``link_utilization``,
+``p95_delay_ms``, ``mean_rtt_ms``, ``base_rtt_ms``, ``rtt_floor_ms`` (the least RTT a data packet
+sees: the propagation RTT and its transmission; what ``latency_ratio`` divides by),
+``capacity_mbps``, ``link_utilization``,
 ``buffer_pkts``, ``random_loss``, ``tick_s`` (float64; the tick the method ran at, the spec's
 ``tick_ms`` or finer for Copa, ``ccjax.sim.resolution``) and ``method`` (the trial id or
 controller name). Results of an older format version are refused (remove them to evaluate
@@ -72,14 +74,18 @@ from ccjax.errors import ConfigError
 #: 2: every row records the tick its method ran at (``tick_s``; Copa runs finer than the
 #: spec's tick since commit 3130bb6, ``ccjax.sim.resolution``), and results of version 1 are
 #: refused (their Copa rows were made at the spec's tick)
-FORMAT_VERSION = 2
+#: 3: RTTs carry the packet's transmission at the bottleneck and latency ratios divide by the
+#: least RTT a data packet sees, ``rtt_floor_ms`` (``ccjax.sim.core.rtt_correction_ticks``);
+#: rows of version 2 had neither and are refused
+FORMAT_VERSION = 3
 DIRNAME = "prefeval"
 SPEC_FILE = "spec.json"
 DEFAULT_CLASSIC = ("bbr", "copa", "cubic", "vegas", "vivace")
 #: the columns of every result file, in order
 COLUMNS = ("pref", "w_thr", "w_lat", "w_loss", "link", "reward", "utilization", "latency_ratio",
            "loss_rate", "throughput_mbps", "p95_delay_ms", "mean_rtt_ms", "base_rtt_ms",
-           "capacity_mbps", "link_utilization", "buffer_pkts", "random_loss", "tick_s", "method")
+           "rtt_floor_ms", "capacity_mbps", "link_utilization", "buffer_pkts", "random_loss",
+           "tick_s", "method")
 #: settings that change the rows: a stored evaluation and a new request must agree on these
 MATCH_KEYS = ("preferences", "scenario", "links", "seed", "duration_s", "model", "tick_ms",
               "init_rate_frac", "version")
