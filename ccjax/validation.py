@@ -245,7 +245,13 @@ def ci_matrix(duration_s: float = 30.0) -> list[Scenario]:
 #: (2026-11-28, tenth session) "cubic 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01" left it
 #: (utilization 0.501 against ns-3's 0.532, 1.03 tolerances, where the tree before had 0.520):
 #: the report's sixteen seeds' draw, not the model, moved it, since thirty-two seeds give 0.511
-#: before and after; none joined.
+#: before and after; none joined. With a data packet's RTT carrying its transmission at the
+#: bottleneck and Vegas's ns-3 slow-start test reading the window grown by the MI's ACKs
+#: (2026-11-29, fourteenth session) "vegas 2f 50Mbps 40/40ms 1BDP loss0.01" left it (utilization
+#: 0.345 against ns-3's 0.309, 1.2 tolerances: after each timeout the grown window leaves slow
+#: start higher) and "vegas 4f 10Mbps 20/47/73/100ms 4BDP loss0" (queueing delay 12.7 ms against
+#: 15.9, 1.1 tolerances: the flows' Diff reads the transmission as queue); "cubic 4f
+#: 10Mbps 40/40/40/40ms 0.25BDP loss0.01" joined it again.
 CI_AGREEING = (
     "newreno 1f 10Mbps 40ms 1BDP loss0",
     "newreno 1f 50Mbps 40ms 0.25BDP loss0.01",
@@ -261,14 +267,13 @@ CI_AGREEING = (
     "vegas 1f 10Mbps 40ms 1BDP loss0",
     "vegas 1f 50Mbps 40ms 0.25BDP loss0.01",
     "vegas 1f 50Mbps 40ms 4BDP loss0",
-    "vegas 2f 50Mbps 40/40ms 1BDP loss0.01",
     "vegas 2f 10Mbps 40/40ms 4BDP loss0.01",
     "vegas 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01",
     "vegas 2f 10Mbps 20/100ms 0.25BDP loss0",
     "newreno 4f 10Mbps 20/47/73/100ms 4BDP loss0",
     "cubic 4f 10Mbps 20/47/73/100ms 4BDP loss0",
     "vegas 4f 50Mbps 20/47/73/100ms 1BDP loss0",
-    "vegas 4f 10Mbps 20/47/73/100ms 4BDP loss0",
+    "cubic 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01",
 )
 
 
