@@ -102,7 +102,7 @@ def test_prefeval_files_follow_the_storage_contract(sweep):
         assert np.all(c["throughput_mbps"] >= 0) and np.all(c["p95_delay_ms"] > 0)
         assert set(c["method"]) == {f.stem}
         assert np.all(c["tick_s"] == 1e-3)  # the tick each method ran at (the spec's here)
-    assert spec["version"] == FORMAT_VERSION == 2
+    assert spec["version"] == FORMAT_VERSION == 3
     # a classic controller runs once per link and is scored with each preference (MOCC Eq. 2)
     c = _parquet(files[-1])
     for col in ("utilization", "latency_ratio", "loss_rate"):
@@ -159,7 +159,8 @@ def test_prefeval_resumes_and_refuses_other_settings(sweep, capsys):
     (pdir / "spec.json").write_text(json.dumps({**spec_before, "version": 1}))
     assert main(["prefeval", str(sweep), "--quiet"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "version=2 is invalid" in err and "version=1" in err
+    assert err.count("\n") == 1 and f"version={FORMAT_VERSION} is invalid" in err
+    assert "version=1" in err
     (pdir / "spec.json").write_text(json.dumps(spec_before))
 
 
