@@ -26,7 +26,7 @@ class MIOutcome(struct.PyTreeNode):
     send_rate: jnp.ndarray  # bytes/s sent during the MI
     capacity: jnp.ndarray  # bytes/s the link offered during the MI (mean)
     rtt_mean: jnp.ndarray  # s, mean RTT of the MI's ACKs (smoothed RTT if none)
-    base_rtt: jnp.ndarray  # s, propagation RTT of the path
+    base_rtt: jnp.ndarray  # s, the least RTT a data packet sees (propagation + transmission)
     loss_rate: jnp.ndarray  # lost / (acked + lost) learned this MI
     got_feedback: jnp.ndarray  # bool: any ACK or loss notice arrived
 
