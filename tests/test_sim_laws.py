@@ -62,9 +62,12 @@ def test_least_rtt_carries_the_whole_transmission_in_packets_and_up_to_a_tick_in
     from ccjax.metrics import summary_metrics
 
     spec = link_from_flags(flows=1, bw_mbps=3.0, rtt_ms=(40.0,), buffer_pkts=100)
-    s = simulate([spec], rate_mbps=0.3, duration_s=3.0, model=model, seed=1).summary()
+    res = simulate([spec], rate_mbps=0.3, duration_s=3.0, model=model, seed=1)
+    s = res.summary()
     f = s["flows"][0]
     tx_ms = 4.0 if model == "packet" else 1.0
+    # an MI's RTT percentiles read the samples' RTTs too (``MIStats.rtt_quantile``)
+    assert float(res.state.last.rtt_p95[0, 0]) == pytest.approx(0.040 + tx_ms * 1e-3, abs=1e-6)
     assert f["base_rtt_ms"] == pytest.approx(40.0)
     assert f["rtt_floor_ms"] == pytest.approx(40.0 + tx_ms, abs=1e-4)
     assert f["mean_rtt_ms"] == pytest.approx(40.0 + tx_ms, abs=1e-3)

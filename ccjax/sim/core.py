@@ -41,7 +41,7 @@ from flax import struct
 from ccjax.cc.base import Controller, Decision
 from ccjax.sim import capacity, sampling
 from ccjax.sim.link import LinkParams, SimConfig
-from ccjax.sim.stats import MIAccum, MIStats, finalize, hist_add
+from ccjax.sim.stats import MIAccum, MIStats, finalize, hist_add, rtt_correction_ticks
 from ccjax.units import PACKET_BYTES as PKT
 
 #: fields of both delay lines: admitted/delivered bytes, loss notifications, bytes x qdelay,
@@ -161,29 +161,6 @@ def transmission_ticks(link: LinkParams, cfg: SimConfig) -> jnp.ndarray:
     return jnp.minimum(tx, 1.0) if cfg.model == "fluid" else tx
 
 
-def rtt_correction_ticks(qd: jnp.ndarray, tx: jnp.ndarray) -> jnp.ndarray:
-    """What a packet's queueing delay ``qd`` (ticks) leaves out of its RTT, for a transmission
-    time of ``tx`` ticks.
-
-    A tick's arrivals are taken at the tick's end while the link serves from the tick's start.
-    A packet that meets an idle link so gets the delay ``max(tx - 1, 0)`` for a transmission of
-    ``tx``: it lacks ``min(tx, 1)`` (its whole transmission where that is under a tick). One
-    that queues leaves when the packets ahead of it and its own transmission are served, as the
-    delay has it, but arrived half a tick before the tick's end on average: it lacks half a
-    tick. Between the two the correction moves with the delay beyond an idle link's, over one
-    tick. (The delay itself is what is compared with ns-3's queue sojourn and left as it is.)
-
-    Measured in ns-3's dumbbell (``mean_rtt_ms - base_rtt_ms - mean_queue_delay_ms``, one
-    NewReno and one Vegas flow, 40 ms, 1 BDP): 1.86 ms at 10 Mbps and 0.40 ms at 50 Mbps, the
-    transmission (1.2 and 0.24 ms), the senders' jitter (half a packet time on average) and the
-    access links' and the ACK's transmission, the last two not modelled; ccjax had 0.00 at both.
-    It matters where a controller compares data RTTs with the SYN's, whose transmission time is
-    nil: ns-3's Vegas takes BaseRTT from the smoothed RTT that the SYN's sample started
-    (``VegasParams.ns3_rtt``; docs/validation-history.md, 2026-11-29)."""
-    idle = jnp.minimum(tx, 1.0)
-    return idle - (idle - 0.5) * jnp.clip(qd - jnp.maximum(tx - 1.0, 0.0), 0.0, 1.0)
-
-
 def data_rtt_floor_s(link: LinkParams, cfg: SimConfig) -> jnp.ndarray:
     """The least RTT a data packet can see: the propagation RTT plus its transmission time at
     the bottleneck (an idle link's, ``rtt_correction_ticks``). Without a handshake the sender's
@@ -220,7 +197,9 @@ def init_state(
         srtt=rtt, min_rtt=rtt, sent=z, acked=z, lost=z, flight=z, decision=dec, cc=cc_state,
         prr=Prr.zeros(F), mi=MIAccum.zeros(F, cfg.rtt_bins), mi_len=_mi_ticks(dec.mi_s, cfg),
         mi_count=jnp.zeros(F, jnp.int32), mi_done=jnp.zeros(F, bool),
-        last=MIStats.initial(F, cfg.rtt_bins, rtt, cfg.tick_s), tot=Totals.zeros(F, cfg.rtt_bins),
+        last=MIStats.initial(F, cfg.rtt_bins, rtt, cfg.tick_s,
+                             jnp.broadcast_to(transmission_ticks(link, cfg), (F,))),
+        tot=Totals.zeros(F, cfg.rtt_bins),
     )
 
 
@@ -740,7 +719,8 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     # bytes can come out a rounding error below zero when everything sent is resolved; zero is
     # the exact value then.
     flight = jnp.maximum(in_air, 0.0)
-    stats = finalize(mi, dt, base, srtt, min_rtt, cwnd, flight, sent / PKT)
+    stats = finalize(mi, dt, base, srtt, min_rtt, cwnd, flight, sent / PKT,
+                     jnp.broadcast_to(tx, base.shape))
     prr = s.prr
     if cfg.recovery == "prr" and cfg.retx_loss:
         prr = prr.replace(retx_due=lost_b)

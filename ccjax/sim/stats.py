@@ -98,6 +98,31 @@ class MIAccum(struct.PyTreeNode):
                    retx_lost=z, lost_seq=z)
 
 
+def rtt_correction_ticks(qd: jnp.ndarray, tx: jnp.ndarray) -> jnp.ndarray:
+    """What a packet's queueing delay ``qd`` (ticks) leaves out of its RTT, for a transmission
+    time of ``tx`` ticks.
+
+    A tick's arrivals are taken at the tick's end while the link serves from the tick's start.
+    A packet that meets an idle link so gets the delay ``max(tx - 1, 0)`` for a transmission of
+    ``tx``: it lacks ``min(tx, 1)`` (its whole transmission where that is under a tick). One
+    that queues leaves when the packets ahead of it and its own transmission are served, as the
+    delay has it, but arrived half a tick before the tick's end on average: it lacks half a
+    tick. Between the two the correction moves with the delay beyond an idle link's, over one
+    tick. (The delay itself is what is compared with ns-3's queue sojourn and left as it is.)
+
+    Measured in ns-3's dumbbell (``mean_rtt_ms - base_rtt_ms - mean_queue_delay_ms``, one
+    NewReno and one Vegas flow, 40 ms, 1 BDP): 1.86 ms at 10 Mbps and 0.40 ms at 50 Mbps, the
+    transmission (1.2 and 0.24 ms), the senders' jitter (half a packet time on average) and the
+    access links' and the ACK's transmission, the last two not modelled; ccjax had 0.00 at both.
+    It matters where a controller compares data RTTs with the SYN's, whose transmission time is
+    nil: ns-3's Vegas takes BaseRTT from the smoothed RTT that the SYN's sample started
+    (``VegasParams.ns3_rtt``; docs/validation-history.md, 2026-11-29). ``core.transmission_ticks``
+    gives ``tx``."""
+    idle = jnp.minimum(tx, 1.0)
+    return idle - (idle - 0.5) * jnp.clip(qd - jnp.maximum(tx - 1.0, 0.0), 0.0, 1.0)
+
+
+
 class MIStats(struct.PyTreeNode):
     """What a controller or agent learns at the end of an MI, per flow.
 
@@ -130,9 +155,7 @@ class MIStats(struct.PyTreeNode):
     srtt_min: jnp.ndarray
     min_rtt: jnp.ndarray  # lowest RTT the sender has ever seen
     #: the least RTT a data packet sees on the path: the propagation RTT and the packet's
-    #: transmission at an idle bottleneck (``core.data_rtt_floor_s``); what percentiles add the
-    #: queueing delay to (a queued packet's RTT carries half a tick where this has the whole
-    #: transmission, ``core.rtt_correction_ticks``: at most half a tick apart)
+    #: transmission at an idle bottleneck (``core.data_rtt_floor_s``): propagation + ``tx_ticks``
     base_rtt: jnp.ndarray
     qdelay_hist: jnp.ndarray  # (F, bins) acked bytes per queueing-delay bin
     qdelay_max: jnp.ndarray  # largest queueing delay (ticks)
@@ -143,14 +166,21 @@ class MIStats(struct.PyTreeNode):
     #: when it was sent (0 without a loss); with ``sent_pkts``, RFC 6582's recovery point
     lost_seq: jnp.ndarray
     sent_pkts: jnp.ndarray  # packets the flow has sent so far
+    #: the packet's transmission time at the bottleneck that RTTs carry, ticks
+    #: (``core.transmission_ticks``; ``base_rtt`` is the propagation RTT plus it)
+    tx_ticks: jnp.ndarray
     tick_s: float = struct.field(pytree_node=False, default=1e-3)
 
     def rtt_quantile(self, q: float) -> jnp.ndarray:
         """RTT quantile ``q`` (s) over the MI's acked bytes; the smoothed RTT if none arrived.
 
+        The queueing delay's quantile as a data sample reads it: the propagation RTT, the delay
+        and what it leaves out of the packet's transmission (``rtt_correction_ticks``).
         Computed on demand, not every tick: a controller that never reads it pays nothing.
         """
-        v = self.base_rtt + hist_quantile(self.qdelay_hist, q, self.qdelay_max) * self.tick_s
+        qd = hist_quantile(self.qdelay_hist, q, self.qdelay_max)
+        prop = self.base_rtt - self.tx_ticks * self.tick_s
+        v = prop + (qd + rtt_correction_ticks(qd, self.tx_ticks)) * self.tick_s
         return jnp.where(self.rtt_samples > 0, v, self.srtt)
 
     @property
@@ -158,20 +188,26 @@ class MIStats(struct.PyTreeNode):
         return self.rtt_quantile(0.95)
 
     @classmethod
-    def initial(cls, F: int, bins: int, rtt_s: jnp.ndarray, tick_s: float) -> MIStats:
+    def initial(cls, F: int, bins: int, rtt_s: jnp.ndarray, tick_s: float,
+                tx_ticks: jnp.ndarray | None = None) -> MIStats:
+        """No MI yet: every RTT statistic ``rtt_s``, the least RTT. ``tx_ticks`` (F,): the
+        transmission time the RTTs carry (none if not given)."""
         z = jnp.zeros(F, jnp.float32)
+        tx = z if tx_ticks is None else jnp.asarray(tx_ticks, jnp.float32)
         return cls(duration_s=z, sent_bytes=z, acked_bytes=z, lost_bytes=z, rtt_samples=z,
                    rtt_mean=rtt_s, rtt_min=rtt_s, rtt_max=rtt_s,
                    rtt_first_half=rtt_s, rtt_second_half=rtt_s, rtt_var=z, send_rate=z,
                    delivery_rate=z, loss_rate=z, cwnd=z, inflight=z, srtt=rtt_s, srtt_min=rtt_s,
                    min_rtt=rtt_s,
                    base_rtt=rtt_s, qdelay_hist=jnp.zeros((F, bins), jnp.float32),
-                   qdelay_max=z, retx_lost_bytes=z, lost_seq=z, sent_pkts=z, tick_s=tick_s)
+                   qdelay_max=z, retx_lost_bytes=z, lost_seq=z, sent_pkts=z, tx_ticks=tx,
+                   tick_s=tick_s)
 
 
 def finalize(acc: MIAccum, tick_s: float, base_rtt_s: jnp.ndarray, srtt: jnp.ndarray,
              min_rtt: jnp.ndarray, cwnd: jnp.ndarray, inflight: jnp.ndarray,
-             sent_pkts: jnp.ndarray | None = None) -> MIStats:
+             sent_pkts: jnp.ndarray | None = None,
+             tx_ticks: jnp.ndarray | None = None) -> MIStats:
     dur = jnp.maximum(acc.ticks, 1.0) * tick_s
     has = acc.rtt_w > 0
     mean = jnp.where(has, acc.rtt_sum / jnp.maximum(acc.rtt_w, 1e-30), srtt)
@@ -196,5 +232,6 @@ def finalize(acc: MIAccum, tick_s: float, base_rtt_s: jnp.ndarray, srtt: jnp.nda
         base_rtt=base_rtt_s,
         qdelay_hist=acc.hist, qdelay_max=acc.qmax, retx_lost_bytes=acc.retx_lost,
         lost_seq=acc.lost_seq, sent_pkts=jnp.zeros_like(dur) if sent_pkts is None else sent_pkts,
+        tx_ticks=jnp.zeros_like(dur) if tx_ticks is None else tx_ticks,
         tick_s=tick_s,
     )
