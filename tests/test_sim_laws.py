@@ -62,12 +62,9 @@ def test_least_rtt_carries_the_whole_transmission_in_packets_and_up_to_a_tick_in
     from ccjax.metrics import summary_metrics
 
     spec = link_from_flags(flows=1, bw_mbps=3.0, rtt_ms=(40.0,), buffer_pkts=100)
-    res = simulate([spec], rate_mbps=0.3, duration_s=3.0, model=model, seed=1)
-    s = res.summary()
+    s = simulate([spec], rate_mbps=0.3, duration_s=3.0, model=model, seed=1).summary()
     f = s["flows"][0]
     tx_ms = 4.0 if model == "packet" else 1.0
-    # an MI's RTT percentiles read the samples' RTTs too (``MIStats.rtt_quantile``)
-    assert float(res.state.last.rtt_p95[0, 0]) == pytest.approx(0.040 + tx_ms * 1e-3, abs=1e-6)
     assert f["base_rtt_ms"] == pytest.approx(40.0)
     assert f["rtt_floor_ms"] == pytest.approx(40.0 + tx_ms, abs=1e-4)
     assert f["mean_rtt_ms"] == pytest.approx(40.0 + tx_ms, abs=1e-3)
@@ -490,3 +487,26 @@ def test_rtt_correction_is_the_transmission_an_idle_link_hides_and_half_a_tick_i
         qs = np.linspace(idle, idle + 2.0, 41)
         rtts = np.array([q + f(q, tx) for q in qs])
         assert np.all(np.diff(rtts) >= -1e-6)
+
+
+@pytest.mark.parametrize(("qd", "tx", "extra"), [(3.0, 4.0, 4.0), (23.0, 4.0, 23.5),
+                                                  (0.0, 0.6, 0.6), (10.0, 0.6, 10.5)])
+def test_mi_rtt_percentiles_read_the_delay_as_a_sample_does(qd, tx, extra):
+    """``MIStats.rtt_quantile``: the propagation RTT, the delay's quantile and what the delay
+    leaves out of the transmission (``rtt_correction_ticks``), not the least RTT plus the delay
+    (which would count a slow link's transmission twice: 3 Mbps, idle, 4 ticks + 3)."""
+    from ccjax.sim.stats import MIAccum, finalize, hist_add
+
+    tick, prop = 1e-3, 0.040
+    floor = jnp.full(1, prop + tx * tick, jnp.float32)
+    acc = MIAccum.zeros(1, 64)
+    acc = acc.replace(ticks=jnp.full(1, 10.0), acked=jnp.full(1, 1500.0),
+                      rtt_w=jnp.full(1, 1500.0),
+                      rtt_sum=jnp.full(1, 1500.0 * (prop + extra * tick)),
+                      hist=hist_add(acc.hist, jnp.full(1, qd), jnp.full(1, 1500.0)),
+                      qmax=jnp.full(1, qd))
+    st = finalize(acc, tick, floor, floor, floor, jnp.zeros(1), jnp.zeros(1),
+                  tx_ticks=jnp.full(1, tx, jnp.float32))
+    want = prop + extra * tick
+    assert float(st.rtt_p95[0]) == pytest.approx(want, abs=0.02 * qd * tick + 1e-6)
+    assert float(st.rtt_mean[0]) == pytest.approx(want, abs=1e-6)
