@@ -163,12 +163,10 @@ def transmission_ticks(link: LinkParams, cfg: SimConfig) -> jnp.ndarray:
 
 def data_rtt_floor_s(link: LinkParams, cfg: SimConfig) -> jnp.ndarray:
     """The least RTT a data packet can see: the propagation RTT plus its transmission time at
-    the bottleneck (an idle link's, ``rtt_correction_ticks``). Without a handshake the sender's
-    RTT estimate starts here, the lowest it can measure; MI statistics take it as the base RTT
-    that queueing delays add to."""
-    tx = transmission_ticks(link, cfg)
-    return base_rtt_s(link, cfg) + (jnp.maximum(tx - 1.0, 0.0)
-                                    + rtt_correction_ticks(jnp.zeros_like(tx), tx)) * cfg.tick_s
+    the bottleneck (at an idle link the delay ``max(tx - 1, 0)`` and ``rtt_correction_ticks``
+    of it add up to ``tx``). Without a handshake the sender's RTT estimate starts here, the
+    lowest it can measure; MI statistics take it as the base RTT that queueing delays add to."""
+    return base_rtt_s(link, cfg) + transmission_ticks(link, cfg) * cfg.tick_s
 
 
 def _mi_ticks(mi_s: jnp.ndarray, cfg: SimConfig) -> jnp.ndarray:
@@ -616,9 +614,10 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     qd = qd_b / jnp.maximum(ack_b, 1e-30)  # ticks, byte-weighted over this tick's ACKs
     # (a packet's RTT: the propagation RTT, its queueing delay and what the delay leaves out of
     # its own transmission; ``base``, the least of them, is what MI statistics add delays to)
-    base = data_rtt_floor_s(link, cfg)
+    prop = base_rtt_s(link, cfg)
     tx = transmission_ticks(link, cfg)
-    rtt = base_rtt_s(link, cfg) + (qd + rtt_correction_ticks(qd, tx)) * dt
+    base = prop + tx * dt  # ``data_rtt_floor_s``
+    rtt = prop + (qd + rtt_correction_ticks(qd, tx)) * dt
     srtt = jnp.where(has, 0.875 * s.srtt + 0.125 * rtt, s.srtt)  # RFC 6298 alpha = 1/8
     min_rtt = jnp.where(has, jnp.minimum(s.min_rtt, rtt), s.min_rtt)
     # The handshake (``LinkSpec.handshake``): the SYN crosses the bottleneck at ``syn_tick``,
@@ -628,8 +627,7 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     # and 2: the 73 ms flow's first sample was 79 and 80 ms, the others' their base RTTs).
     # (at least the base RTT: on a trace, a SYN in an idle millisecond waits for nothing)
     # (a SYN's own transmission time is nil: the propagation RTT, not ``base``)
-    syn_rtt = base_rtt_s(link, cfg) + jnp.maximum(capacity.inv(link.sched, c0 + qtot) - tf,
-                                                  0.0) * dt
+    syn_rtt = prop + jnp.maximum(capacity.inv(link.sched, c0 + qtot) - tf, 0.0) * dt
     syn = t == link.syn_tick
     srtt = jnp.where(syn, syn_rtt, srtt)
     min_rtt = jnp.where(syn, syn_rtt, min_rtt)

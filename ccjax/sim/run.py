@@ -18,7 +18,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from ccjax.cc.base import Controller
-from ccjax.sim import capacity
 from ccjax.sim.compact import is_per_flow, leads_with, on_interval_where, pays_off
 from ccjax.sim.core import (
     SimState,
@@ -29,6 +28,7 @@ from ccjax.sim.core import (
     tick,
     tick_begin,
     tick_end,
+    transmission_ticks,
 )
 from ccjax.sim.link import LinkParams, SimConfig
 from ccjax.sim.stats import hist_quantile
@@ -296,8 +296,7 @@ def summarize(res: RunResult, i: int = 0) -> dict:
     # a data packet's RTT adds to its queueing delay what the delay leaves out of its own
     # transmission (``core.rtt_correction_ticks``; at most a tick in the fluid model,
     # ``core.transmission_ticks``)
-    tx = PACKET_BYTES / max(capacity.mean_rate(link.sched), 1e-30)
-    tx = min(tx, 1.0) if cfg.model == "fluid" else tx
+    tx = float(np.asarray(transmission_ticks(link, cfg)))
 
     def rtt_ms(f: int, q_ticks: float | np.ndarray) -> np.ndarray:
         q = np.asarray(q_ticks, np.float64)
