@@ -601,7 +601,8 @@ def ns3_equivalent_params(cc: str, ctl, n_flows: int, per_ack: bool = False):
         p = p.replace(ss_every_other_rtt=jnp.zeros(n_flows, bool),
                       ns3_loss=jnp.ones(n_flows, bool),
                       ns3_segments=jnp.ones(n_flows, bool),
-                      ns3_rtt=jnp.ones(n_flows, bool))
+                      ns3_rtt=jnp.ones(n_flows, bool),
+                      ns3_rounds=jnp.ones(n_flows, bool))
     return p
 
 

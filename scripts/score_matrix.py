@@ -17,6 +17,11 @@ only moves the count of a single block of eight seeds may be noise (four blocks 
     .venv/bin/python scripts/score_matrix.py                 # all three, 4 blocks of 8 seeds
     .venv/bin/python scripts/score_matrix.py --cc vegas --blocks 2 --misses
     .venv/bin/python scripts/score_matrix.py --recovery cut  # the window cut at once
+    .venv/bin/python scripts/score_matrix.py --cc vegas --rows /tmp/a.json  # per scenario
+
+``--rows`` writes each scenario's figures (ns-3's and ccjax's all-seed mean) and how far each
+check is off (``Comparison.reach``, in tolerances) against A and B, so that two versions of
+the model can be compared scenario by scenario.
 
 About 75 s per block of eight seeds for all three controllers on the 2-core AMD EPYC guest.
 """
@@ -24,6 +29,7 @@ About 75 s per block of eight seeds for all three controllers on the 2-core AMD 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -66,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="the report's JSON holding ns-3's runs (default docs/validation.json)")
     ap.add_argument("--misses", action="store_true",
                     help="also list the scenarios outside some tolerance against each reference")
+    ap.add_argument("--rows", type=Path, default=None, metavar="PATH",
+                    help="write each scenario's comparison against A and B to this JSON file")
     ap.add_argument("--recovery", choices=("cut", "prr"), default=None,
                     help="the ACK-clocked senders' loss recovery (SimConfig.recovery; default "
                          "validation.NS3_RECOVERY, as the report runs them)")
@@ -105,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     total: dict[str, list[float]] = {"A": [0, 0.0], "B": [0, 0.0]}
     blocks_total = [0] * args.blocks
+    rows_out: dict[str, dict] = {}
     has_b, all_b = False, True
     for cc in ccs:
         scen = [sc for sc in chosen if sc.cc == cc]
@@ -143,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
             total["B"][1] += b[1]
             line += f", against B {b[0]} ({b[1]:.1f})"
         print(line, flush=True)
+        for name, refs in (("A", ref_a), ("B", ref_b)):
+            for sc, (r, sp), g in zip(scen, refs or [], mean, strict=False):
+                c = v.compare(sc, r, g, sp)
+                row = rows_out.setdefault(sc.name, {"ccjax": g.record()})
+                row[name] = {"ns3": r.record(), "ok": c.ok, "checks": c.checks,
+                             "reach": c.reach}
         if args.misses:
             print("  outside against A:", ", ".join(a[2]) or "none")
             if ref_b is not None:
@@ -152,6 +167,9 @@ def main(argv: list[str] | None = None) -> int:
     rec = args.recovery or f"{v.NS3_RECOVERY} (validation.NS3_RECOVERY)"
     print(f"all: blocks against A {blocks_total}; all seeds against A {total['A'][0]} "
           f"({total['A'][1]:.1f}){with_b}; recovery {rec}; {time.perf_counter() - t0:.0f} s")
+    if args.rows is not None:
+        args.rows.write_text(json.dumps(rows_out, indent=1) + "\n")
+        print(f"per-scenario comparisons: {args.rows}")
     return 0
 
 

@@ -13,16 +13,17 @@ from ccjax.units import mbps_to_bytes_per_s
 
 def tick_trace(spec: LinkSpec, model: str, rate_mbps, duration_s: float, seed: int = 0,
                window_pkts: float | None = None, window_sender: str = "paced",
-               controller=None, **cfg_kw):
+               controller=None, params=None, **cfg_kw):
     """Run one link for ``duration_s`` and return per-tick arrays (numpy) of the state.
 
     The flows run ``Const`` at ``rate_mbps``, a ``FixedWindow`` of ``window_pkts``, or
-    ``controller`` with its default parameters. ``cfg_kw`` go to ``plan`` (``SimConfig``)."""
+    ``controller`` with ``params`` (its default parameters if None). ``cfg_kw`` go to ``plan``
+    (``SimConfig``)."""
     cfg, horizon = plan([spec], duration_s, model=model, window_sender=window_sender, **cfg_kw)
     link = jax.tree.map(lambda x: x[0], build_links([spec], cfg, horizon))
     if controller is not None:
         ctl = controller
-        params = ctl.default_params(cfg.n_flows)
+        params = ctl.default_params(cfg.n_flows) if params is None else params
     elif window_pkts is None:
         ctl = Const()
         rates = np.broadcast_to(np.asarray(rate_mbps, np.float64), (cfg.n_flows,))

@@ -366,7 +366,7 @@ class _GradientProbe:
 
     def _decide(self, srtt):
         return Decision(rate=jnp.full_like(srtt, self.rate), cwnd=jnp.full_like(srtt, jnp.inf),
-                        mi_s=srtt)
+                        mi_s=srtt, mi_round=jnp.zeros(srtt.shape, bool))
 
     def init(self, params, base_rtt_s):
         z = jnp.zeros(base_rtt_s.shape + (self.slots,))

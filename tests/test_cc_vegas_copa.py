@@ -25,9 +25,11 @@ from ccjax.api import link_from_flags, simulate
 from ccjax.cc.copa import Copa
 from ccjax.cc.newreno import MSS
 from ccjax.cc.vegas import Vegas
-from ccjax.sim import build_links, make_timeline, plan, run
+from ccjax.sim import LinkSpec, build_links, make_timeline, plan, run
 from ccjax.sim.stats import MIStats
 from ccjax.units import PACKET_BYTES
+
+from .helpers import tick_trace
 
 RTT = 0.04
 
@@ -530,3 +532,49 @@ def test_lossy_link_and_staggered_starts_stay_finite(name, model):
             assert f["throughput_mbps"] > 0  # every flow, late starters included, gets through
     for leaf in jax.tree.leaves((res.state.cc, res.state.decision)):
         assert np.all(np.isfinite(np.asarray(leaf, np.float64)))
+
+
+def _ns3_rounds_params():
+    c = Vegas()
+    return c, c.default_params(1).replace(ss_every_other_rtt=jnp.zeros(1, bool),
+                                          ns3_segments=jnp.ones(1, bool),
+                                          ns3_rounds=jnp.ones(1, bool))
+
+
+def test_vegas_ns3_rounds_doubles_per_round_and_tests_the_window_now():
+    """With ``ns3_rounds`` slow start's MIs are rounds (``Decision.mi_round``) and the window
+    set at a round's end is twice the window now, what ns-3's per-ACK growth makes of it by the
+    end of the next round, whatever the round acked (here 10 of a window of 20: the first
+    window's ACKs); without, it grows by the round's ACKs. Diff is read from the window now: a
+    queue of 5 % reads Diff = 20 - floor(20/1.05) = 1 (stay), of 12 % Diff = 3 (leave at
+    targetCwnd + 1 = 18)."""
+    c, p = _ns3_rounds_params()
+    s, d = c.init(p, jnp.full(1, RTT))
+    assert bool(d.mi_round[0]) and float(d.mi_s[0]) == pytest.approx(2 * RTT)  # capped
+    s = s.replace(cwnd=jnp.full(1, 20 * MSS), cwnd_sent=jnp.full(1, 10 * MSS))
+    for rtt, expect in ((RTT, 40.0), (RTT * 1.05, 40.0), (RTT * 1.12, 18.0)):
+        _, d = c.on_interval(s, mi(acked_pkts=10, rtt_min=rtt, inflight_pkts=20), p)
+        assert pkts(d.cwnd) == pytest.approx(expect, rel=1e-5), rtt
+        # slow start goes on by rounds; leaving it, the MIs are one RTT again
+        assert bool(d.mi_round[0]) == (expect > 20)
+    _, d = c.on_interval(s, mi(acked_pkts=10, inflight_pkts=20),
+                         p.replace(ns3_rounds=jnp.zeros(1, bool)))
+    assert pkts(d.cwnd) == pytest.approx(30.0, rel=1e-5) and not bool(d.mi_round[0])
+    # the doubling stops at ssthresh, and with it the rounds
+    s2 = s.replace(ssthresh=jnp.full(1, 25 * MSS))
+    _, d = c.on_interval(s2, mi(acked_pkts=10, inflight_pkts=20), p)
+    assert pkts(d.cwnd) == pytest.approx(25.0, rel=1e-5) and not bool(d.mi_round[0])
+
+
+def test_vegas_ns3_rounds_slow_start_on_a_link_doubles_each_round():
+    """On a link (one flow, 50 Mbps, 40 ms, a 4-BDP buffer, ACK-clocked as the validation runs
+    it) slow start's windows go 10, 20, 40, 80 packets, one per round, as ns-3's do at its
+    rounds' ends, before Vegas leaves it; each of those MIs ends at a round (about one RTT)."""
+    c, p = _ns3_rounds_params()
+    spec = LinkSpec(bandwidth_mbps=(50.0,), buffer_pkts=667, rtt_ms=(40.0,), start_s=(0.0,))
+    _, _, _, r = tick_trace(spec, "packet", None, 0.4, window_sender="ack-clocked",
+                            controller=c, params=p.replace(ns3_rtt=jnp.ones(1, bool)))
+    w = r["cwnd"][:, 0] / MSS
+    steps = [float(w[0])] + [float(x) for i, x in enumerate(w[1:], 1) if x != w[i - 1]]
+    grow = steps[:next(i for i in range(1, len(steps)) if steps[i] < 2 * steps[i - 1] - 0.5)]
+    assert grow[:4] == [10.0, 20.0, 40.0, 80.0]

@@ -33,6 +33,11 @@ class Decision(NamedTuple):
     # flow would send without limit (the simulator's sums turn to inf and NaN)
     cwnd: jnp.ndarray
     mi_s: jnp.ndarray  # (F,) length of the next MI in seconds
+    #: (F,) bool: the next MI ends with the round, at the first tick whose reports (ACKs and
+    #: loss reports) cover everything the flow had in flight when it began, as a per-ACK TCP
+    #: counts its rounds (Linux ``tcp_vegas``'s ``beg_snd_nxt``, ns-3 ``TcpVegas``'s
+    #: ``m_begSndNxt``), or after ``mi_s``, whichever comes first; False: after ``mi_s``
+    mi_round: jnp.ndarray
 
 
 class Controller(Protocol):

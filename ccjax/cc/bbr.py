@@ -240,7 +240,8 @@ class BBR:
             probe_rtt_done=z - 1.0, probe_rtt_round_done=jnp.zeros(cwnd.shape, bool),
             prior_cwnd=cwnd, cwnd=cwnd, pacing_rate=rate, pacing_gain=p.high_gain + z,
             snd_hist=jnp.zeros(cwnd.shape + (SND_HIST,), jnp.float32))
-        return state, Decision(rate=rate, cwnd=cwnd, mi_s=rtt)
+        return state, Decision(rate=rate, cwnd=cwnd, mi_s=rtt,
+                                      mi_round=jnp.zeros(rate.shape, bool))
 
     def on_interval(self, state: BBRState, stats: MIStats, params: BBRParams):
         p, s = params, state
@@ -400,4 +401,5 @@ class BBR:
             pacing_rate=rate, pacing_gain=pacing_gain, snd_hist=snd_hist)
         # One MI per RTprop estimate (at least one tick; the simulator rounds to ticks).
         mi = jnp.maximum(rtprop, tick)
-        return new, Decision(rate=rate, cwnd=cwnd_new, mi_s=mi)
+        return new, Decision(rate=rate, cwnd=cwnd_new, mi_s=mi,
+                                    mi_round=jnp.zeros(rate.shape, bool))

@@ -44,7 +44,7 @@ class Const:
 
     def _decide(self, params: ConstParams, srtt: jnp.ndarray) -> Decision:
         return Decision(rate=params.rate, cwnd=jnp.full_like(params.rate, jnp.inf),
-                        mi_s=params.mi_rtts * srtt)
+                        mi_s=params.mi_rtts * srtt, mi_round=jnp.zeros(params.rate.shape, bool))
 
     def init(self, params: ConstParams, base_rtt_s: jnp.ndarray):
         return (), self._decide(params, base_rtt_s)
@@ -71,7 +71,7 @@ class FixedWindow:
 
     def _decide(self, params: WindowParams, srtt: jnp.ndarray) -> Decision:
         return Decision(rate=jnp.zeros_like(params.cwnd), cwnd=params.cwnd,
-                        mi_s=params.mi_rtts * srtt)
+                        mi_s=params.mi_rtts * srtt, mi_round=jnp.zeros(params.cwnd.shape, bool))
 
     def init(self, params: WindowParams, base_rtt_s: jnp.ndarray):
         return (), self._decide(params, base_rtt_s)

@@ -125,7 +125,8 @@ class Copa:
     def _decide(self, cwnd: jnp.ndarray, rtt_standing: jnp.ndarray, srtt: jnp.ndarray,
                 params: CopaParams) -> Decision:
         rate = params.pacing_gain * cwnd / jnp.maximum(rtt_standing, 1e-6)
-        return Decision(rate=rate, cwnd=cwnd, mi_s=params.mi_rtts * srtt)
+        return Decision(rate=rate, cwnd=cwnd, mi_s=params.mi_rtts * srtt,
+                        mi_round=jnp.zeros(rate.shape, bool))
 
     def init(self, params: CopaParams, base_rtt_s: jnp.ndarray):
         rtt = jnp.broadcast_to(jnp.asarray(base_rtt_s, jnp.float32), params.init_cwnd_pkts.shape)

@@ -140,7 +140,8 @@ class Cubic:
         # delay test compares whole rounds, so with it on slow start keeps one-RTT MIs.
         short = mi_length(params.mi_rtts, srtt, cwnd, ssthresh)
         mi = jnp.where(params.hystart & (cwnd < ssthresh), srtt, short)
-        return Decision(rate=jnp.zeros_like(cwnd), cwnd=cwnd, mi_s=mi)
+        return Decision(rate=jnp.zeros_like(cwnd), cwnd=cwnd, mi_s=mi,
+                        mi_round=jnp.zeros(cwnd.shape, bool))
 
     def init(self, params: CubicParams, base_rtt_s: jnp.ndarray):
         rtt = jnp.broadcast_to(jnp.asarray(base_rtt_s, jnp.float32), params.init_cwnd_pkts.shape)

@@ -327,7 +327,8 @@ class NewReno:
                 ssthresh: jnp.ndarray) -> Decision:
         # Window-based: pace at cwnd/srtt (rate 0), at most cwnd in flight; MIs: ``mi_length``.
         return Decision(rate=jnp.zeros_like(cwnd), cwnd=cwnd,
-                        mi_s=mi_length(params.mi_rtts, srtt, cwnd, ssthresh))
+                        mi_s=mi_length(params.mi_rtts, srtt, cwnd, ssthresh),
+                        mi_round=jnp.zeros(cwnd.shape, bool))
 
     def init(self, params: NewRenoParams, base_rtt_s: jnp.ndarray):
         rtt = jnp.broadcast_to(jnp.asarray(base_rtt_s, jnp.float32), params.init_cwnd_pkts.shape)

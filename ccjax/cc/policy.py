@@ -155,7 +155,8 @@ class PolicyController:
     @staticmethod
     def _decide(rate: jnp.ndarray, mi_s: jnp.ndarray) -> Decision:
         # Rate-based: pace at the rate, no window (Aurora and MOCC limit nothing in flight).
-        return Decision(rate=rate, cwnd=jnp.full_like(rate, jnp.inf), mi_s=mi_s)
+        return Decision(rate=rate, cwnd=jnp.full_like(rate, jnp.inf), mi_s=mi_s,
+                        mi_round=jnp.zeros(rate.shape, bool))
 
     def init(self, params: PolicyParams, base_rtt_s: jnp.ndarray
              ) -> tuple[PolicyState, Decision]:

@@ -132,6 +132,9 @@ if TYPE_CHECKING:
 #: RTT samples (in packets' worth of acked bytes) an MI needs for Vegas to trust its estimate
 #: (Linux ``tcp_vegas_cong_avoid``: more than two).
 MIN_SAMPLES_PKTS = 3.0
+#: With ``ns3_rounds``, the longest an MI waits for its round's end, in smoothed RTTs: a round
+#: lasts an RTT of its last packet, longer than the smoothed RTT while a queue builds.
+ROUND_CAP_RTTS = 2.0
 
 
 class VegasParams(struct.PyTreeNode):
@@ -146,6 +149,10 @@ class VegasParams(struct.PyTreeNode):
                                # truncated targetCwnd, integer diff and window), not real values
     ns3_rtt: jnp.ndarray  # (F,) bool: ns-3's RTT (TcpVegas::PktsAcked gets the smoothed RTT):
                           # RTT the lowest smoothed RTT of the round, BaseRTT the lowest ever
+    ns3_rounds: jnp.ndarray  # (F,) bool: in slow start an MI is a round (ns-3's
+                             # m_begSndNxt), up to ROUND_CAP_RTTS smoothed RTTs, and the window
+                             # doubles per round as ns-3's per-ACK growth has it at the round's
+                             # end; not one smoothed RTT, grown by the MI's ACKs
     init_cwnd_pkts: jnp.ndarray  # (F,) initial window, packets (RFC 6928: 10)
     mi_rtts: jnp.ndarray  # (F,) MI length in smoothed RTTs (one adjustment per RTT)
     min_rto_s: jnp.ndarray  # (F,) RFC 6298 §2.4: 1 s
@@ -182,12 +189,20 @@ class Vegas:
                            ss_every_other_rtt=jnp.ones(n_flows, bool),
                            ns3_loss=jnp.zeros(n_flows, bool),
                            ns3_segments=jnp.zeros(n_flows, bool),
-                           ns3_rtt=jnp.zeros(n_flows, bool), init_cwnd_pkts=full(10.0),
+                           ns3_rtt=jnp.zeros(n_flows, bool),
+                           ns3_rounds=jnp.zeros(n_flows, bool), init_cwnd_pkts=full(10.0),
                            mi_rtts=full(1.0), min_rto_s=full(1.0), max_rto_s=full(60.0))
 
-    def _decide(self, cwnd: jnp.ndarray, srtt: jnp.ndarray, params: VegasParams) -> Decision:
+    def _decide(self, cwnd: jnp.ndarray, srtt: jnp.ndarray, params: VegasParams,
+                by_round: jnp.ndarray | None = None) -> Decision:
         # Window-based: pace at cwnd/srtt (rate 0), at most cwnd in flight; one MI per RTT.
-        return Decision(rate=jnp.zeros_like(cwnd), cwnd=cwnd, mi_s=params.mi_rtts * srtt)
+        # With ``ns3_rounds``, one per round where ``by_round`` (slow start; not a stalled
+        # sender, which no report will reach: its MIs keep the time for its retransmission
+        # timer), at most ROUND_CAP_RTTS smoothed RTTs.
+        rounds = params.ns3_rounds if by_round is None else params.ns3_rounds & by_round
+        mi = params.mi_rtts * srtt
+        return Decision(rate=jnp.zeros_like(cwnd), cwnd=cwnd,
+                        mi_s=jnp.where(rounds, ROUND_CAP_RTTS * mi, mi), mi_round=rounds)
 
     def init(self, params: VegasParams, base_rtt_s: jnp.ndarray):
         rtt = jnp.broadcast_to(jnp.asarray(base_rtt_s, jnp.float32), params.init_cwnd_pkts.shape)
@@ -238,12 +253,25 @@ class Vegas:
         # after the last reduction count, as in newreno); in slow start also the window ns-3
         # reads at the round's end (below).
         reno_ss, rest = slow_start(cwnd, state.ssthresh, ev.acked_new)
+        # With rounds (``ns3_rounds``) ns-3's window grows by one segment per ACK of a round in
+        # slow start and sends the growth at once, so at the round's end it is twice what it
+        # was at the round's start. ccjax's sender sends a window's growth in the MI after it
+        # is set, so at a round's end it sets what ns-3's window will be at the end of the next
+        # round: twice the window now (at most ssthresh). Grown by the round's ACKs instead, it
+        # lagged a round behind: 10, 20, 30, 50, 80 packets where ns-3's go 10, 20, 40, 80.
+        # (In congestion avoidance the rest, a window's worth, grows a window without an
+        # estimate by one packet per MI, as a round's ACKs grow Reno's.)
+        rd_ss, rd_rest = slow_start(cwnd, state.ssthresh, cwnd)
+        reno_ss = jnp.where(p.ns3_rounds, rd_ss, reno_ss)
+        rest = jnp.where(p.ns3_rounds, rd_rest, rest)
         # In slow start the window at the round's end has grown by the round's ACKs (ns-3 grows
         # it per ACK and tests Diff at the ACK that covers m_begSndNxt: traced, 10 Mbps, 20 ms,
         # 10 packets, 20, then 37 at the test, which left at 33). ccjax's MI has its ACKs in
         # aggregate, so ns-3's segCwnd is the window grown by this MI's (``reno_ss``); the
         # window before them read a round's test half a train early (that flow left at 19).
-        seg_now = jnp.where(in_ss & ~(state.ss_hold & p.ss_every_other_rtt), reno_ss, cwnd)
+        # (With rounds that is the window now: set a round ahead, above.)
+        seg_now = jnp.where(in_ss & ~(state.ss_hold & p.ss_every_other_rtt) & ~p.ns3_rounds,
+                            reno_ss, cwnd)
         # (+1e-4: a window of k packets in float32 is k, not k - eps)
         seg = jnp.floor(seg_now / MSS + 1e-4)
         seg_target = jnp.floor(seg * (1.0 - vegas_diff(1.0, base, rtt)) + 1e-4)
@@ -300,4 +328,8 @@ class Vegas:
 
         new = VegasState(cwnd=cwnd_new, cwnd_sent=cwnd, ssthresh=ssthresh, ss_hold=ss_hold,
                          base_srtt=base_srtt, ep=ep)
-        return new, self._decide(stall_cwnd(ep, cwnd_new), stats.srtt, p)
+        # (ns-3 counts rounds in congestion avoidance too; there a round lasts a smoothed RTT
+        # but for the MI ends at loss reports, and one-RTT MIs measured closer to ns-3:
+        # docs/validation-history.md, 2026-11-29)
+        return new, self._decide(stall_cwnd(ep, cwnd_new), stats.srtt, p,
+                                 ~ep.stalled & (cwnd_new < ssthresh))

@@ -205,7 +205,8 @@ class Vivace:
     def _decide(self, rate, srtt, params: VivaceParams) -> Decision:
         # Rate-based: pace at the rate, no window; one MI per smoothed RTT.
         return Decision(rate=rate, cwnd=jnp.full_like(rate, jnp.inf),
-                        mi_s=params.mi_rtts * jnp.maximum(srtt, 1e-6))
+                        mi_s=params.mi_rtts * jnp.maximum(srtt, 1e-6),
+                        mi_round=jnp.zeros(rate.shape, bool))
 
     def init(self, params: VivaceParams, base_rtt_s: jnp.ndarray):
         p = params

@@ -90,7 +90,8 @@ class AgentSlot:
         F = base_rtt_s.shape[0]
         rate = jnp.full(F, params.init_rate, jnp.float32)
         mi = jnp.full(F, params.first_mi_s, jnp.float32)
-        dec = Decision(rate=rate, cwnd=jnp.full(F, jnp.inf, jnp.float32), mi_s=mi)
+        dec = Decision(rate=rate, cwnd=jnp.full(F, jnp.inf, jnp.float32), mi_s=mi,
+                       mi_round=jnp.zeros(F, bool))
         if self.cross is None:
             return (rate, ()), dec
         cstate, cdec = self.cross.init(params.cross, base_rtt_s)
@@ -104,7 +105,7 @@ class AgentSlot:
     def on_interval(self, state: Any, stats: MIStats, params: SlotParams):
         rate, cstate = state
         dec = Decision(rate=rate, cwnd=jnp.full_like(rate, jnp.inf),
-                       mi_s=params.mi_rtts * stats.rtt_mean)
+                       mi_s=params.mi_rtts * stats.rtt_mean, mi_round=jnp.zeros(rate.shape, bool))
         if self.cross is None:
             return state, dec
         cstate, cdec = self.cross.on_interval(cstate, stats, params.cross)

@@ -136,6 +136,9 @@ class SimState(struct.PyTreeNode):
     prr: Prr
     mi: MIAccum
     mi_len: jnp.ndarray  # (F,) int32 ticks of the current MI
+    #: (F,) bytes in flight when the current MI began not yet reported (acked or known lost):
+    #: where the decision's ``mi_round`` is set, the MI ends at the tick that reports the last
+    round_left: jnp.ndarray
     mi_count: jnp.ndarray  # (F,) int32 completed MIs
     mi_done: jnp.ndarray  # (F,) bool: an MI ended at the last tick
     last: MIStats
@@ -194,6 +197,7 @@ def init_state(
         # The handshake gives the first RTT sample before data flows (RFC 6298 §2).
         srtt=rtt, min_rtt=rtt, sent=z, acked=z, lost=z, flight=z, decision=dec, cc=cc_state,
         prr=Prr.zeros(F), mi=MIAccum.zeros(F, cfg.rtt_bins), mi_len=_mi_ticks(dec.mi_s, cfg),
+        round_left=z,
         mi_count=jnp.zeros(F, jnp.int32), mi_done=jnp.zeros(F, bool),
         last=MIStats.initial(F, cfg.rtt_bins, rtt, cfg.tick_s,
                              jnp.broadcast_to(transmission_ticks(link, cfg), (F,))),
@@ -618,7 +622,13 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     tx = transmission_ticks(link, cfg)
     base = prop + tx * dt  # ``data_rtt_floor_s``
     rtt = prop + (qd + rtt_correction_ticks(qd, tx)) * dt
-    srtt = jnp.where(has, 0.875 * s.srtt + 0.125 * rtt, s.srtt)  # RFC 6298 alpha = 1/8
+    # RFC 6298 §2.3, SRTT <- 7/8 SRTT + 1/8 R, once per RTT measurement: a per-ACK sender
+    # (ns-3, Linux) measures every ACK, so a tick's n packets' ACKs, all with the tick's RTT,
+    # move SRTT by 1 - (7/8)^n of the way (n fractional for the fluid model's bytes). One step
+    # per tick had the estimate lag the queue by the packets per tick (4 at 50 Mbps), which
+    # Vegas's RTT in ns-3's form (``VegasParams.ns3_rtt``, the round's lowest SRTT) reads.
+    w = 1.0 - 0.875 ** (ack_b / PKT)
+    srtt = jnp.where(has, s.srtt + w * (rtt - s.srtt), s.srtt)
     min_rtt = jnp.where(has, jnp.minimum(s.min_rtt, rtt), s.min_rtt)
     # The handshake (``LinkSpec.handshake``): the SYN crosses the bottleneck at ``syn_tick``,
     # behind the backlog there, and the SYN-ACK's RTT sample is the flow's first (RFC 6298 §2:
@@ -713,6 +723,12 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     # A window sender (rate 0: NewReno, CUBIC, Vegas) answers a loss report at once, as a
     # per-ACK TCP answers the third duplicate ACK: its MI ends at the tick that brings one.
     done = (mi.ticks >= s.mi_len.astype(jnp.float32)) | ((dec.rate <= 0) & (lost_b > 0))
+    # A round ends at the report of the last byte in flight when it began (Linux tcp_vegas and
+    # ns-3 TcpVegas: the ACK that covers the sequence sent last before the round, ``snd_nxt``
+    # then); with nothing in flight then, at the first report. FIFO: reports of older data come
+    # first. (Half a byte: the flight is a float32 running sum.)
+    round_left = s.round_left - ack_b - lost_b
+    done = done | (dec.mi_round & (ack_b + lost_b > 0) & (round_left <= 0.5))
     # Bytes in flight as the sender knows them. In the fluid model the running sum of fractional
     # bytes can come out a rounding error below zero when everything sent is resolved; zero is
     # the exact value then.
@@ -744,6 +760,7 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
         credit=credit,
         srtt=srtt, min_rtt=min_rtt, sent=sent, acked=acked, lost=lost, flight=in_air,
         decision=dec, cc=s.cc, prr=prr, mi=mi, mi_len=s.mi_len,
+        round_left=jnp.where(done, flight, round_left),
         mi_count=s.mi_count + done.astype(jnp.int32),
         mi_done=done, last=s.last, tot=tot, gain=s.gain, clock=clock,
     )
