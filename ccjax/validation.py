@@ -252,7 +252,12 @@ def ci_matrix(duration_s: float = 30.0) -> list[Scenario]:
 #: the RTT's transmission 0.351, seeds 1-16) and "vegas 4f 10Mbps 20/47/73/100ms 4BDP loss0"
 #: (queueing delay 12.7 ms against 15.9, 1.1 tolerances; 14.0 without the grown window, 13.8
 #: without the transmission, 14.2 without both); "cubic 4f
-#: 10Mbps 40/40/40/40ms 0.25BDP loss0.01" joined it again.
+#: 10Mbps 40/40/40/40ms 0.25BDP loss0.01" joined it again. With Vegas's slow start by rounds,
+#: doubling per round, and the smoothed RTT moving once per ACK (2026-11-29, fifteenth session)
+#: "vegas 2f 10Mbps 20/100ms 0.25BDP loss0" left it (Jain's index 0.935 against ns-3's 0.875,
+#: 1.2 tolerances; shares 0.63/0.37 against 0.69/0.31)
+#: and "vegas 4f 10Mbps 20/47/73/100ms 1BDP loss0" joined it (queueing delay 18.3 ms against
+#: 16.6, where it was 12.7).
 CI_AGREEING = (
     "newreno 1f 10Mbps 40ms 1BDP loss0",
     "newreno 1f 50Mbps 40ms 0.25BDP loss0.01",
@@ -270,11 +275,11 @@ CI_AGREEING = (
     "vegas 1f 50Mbps 40ms 4BDP loss0",
     "vegas 2f 10Mbps 40/40ms 4BDP loss0.01",
     "vegas 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01",
-    "vegas 2f 10Mbps 20/100ms 0.25BDP loss0",
     "newreno 4f 10Mbps 20/47/73/100ms 4BDP loss0",
     "cubic 4f 10Mbps 20/47/73/100ms 4BDP loss0",
     "vegas 4f 50Mbps 20/47/73/100ms 1BDP loss0",
     "cubic 4f 10Mbps 40/40/40/40ms 0.25BDP loss0.01",
+    "vegas 4f 10Mbps 20/47/73/100ms 1BDP loss0",
 )
 
 
@@ -584,7 +589,13 @@ def ns3_equivalent_params(cc: str, ctl, n_flows: int, per_ack: bool = False):
     to the RTT estimator's *smoothed* value, not the sample; TcpVegas takes the lowest of those
     over a round as its RTT and the lowest ever as BaseRTT (``ns3_rtt``). With ACK-clocked
     senders (``NS3_WINDOW_SENDER``), two seeds, the 60 Vegas scenarios: 32 within every
-    tolerance without it, 44 with it (paced: 38 without, 34 with)."""
+    tolerance without it, 44 with it (paced: 38 without, 34 with).
+
+    ns-3's TcpVegas counts rounds by ``m_begSndNxt`` and, in slow start, grows a segment per ACK
+    within them, doubling per round; ccjax's Vegas ends slow start's MIs with the round and
+    doubles the window at each (``ns3_rounds``): thirty-two ccjax seeds, with the smoothed RTT
+    moving once per ACK, 51 -> 53 of the 60 against the report's ns-3 runs, 52 -> 55 against
+    ns-3's ten-seed mean (``VegasParams`` has the figures)."""
     import jax.numpy as jnp
 
     p = ctl.default_params(n_flows)
@@ -596,13 +607,16 @@ def ns3_equivalent_params(cc: str, ctl, n_flows: int, per_ack: bool = False):
                       ns3_integer=jnp.ones(n_flows, bool))
     if cc == "vegas":
         # ns-3's TcpVegas: slow start doubles every RTT, a loss costs one packet of window and
-        # ssthresh goes one packet below the window (GetSsThresh), and IncreaseWindow counts in
-        # whole segments (truncated targetCwnd, integer diff and window).
+        # ssthresh goes one packet below the window (GetSsThresh), IncreaseWindow counts in
+        # whole segments (truncated targetCwnd, integer diff and window), reads the smoothed
+        # RTT, and counts rounds by m_begSndNxt.
         p = p.replace(ss_every_other_rtt=jnp.zeros(n_flows, bool),
                       ns3_loss=jnp.ones(n_flows, bool),
                       ns3_segments=jnp.ones(n_flows, bool),
                       ns3_rtt=jnp.ones(n_flows, bool),
-                      ns3_rounds=jnp.ones(n_flows, bool))
+                      # (rounds make up for an ACK-clocked sender sending a window's growth
+                      # in the next MI; a paced sender is no model of ns-3's)
+                      ns3_rounds=jnp.full(n_flows, per_ack))
     return p
 
 
