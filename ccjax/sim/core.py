@@ -32,6 +32,7 @@ elementwise operations on ``(F,)`` arrays plus one scatter of ``F`` values and o
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -143,6 +144,10 @@ class SimState(struct.PyTreeNode):
     mi_done: jnp.ndarray  # (F,) bool: an MI ended at the last tick
     last: MIStats
     tot: Totals
+
+
+#: ln(7/8) per byte acked: SRTT keeps (7/8)^n of itself over n packets' RTT measurements
+_LN_SRTT_KEEP_PER_BYTE = math.log(0.875) / PKT
 
 
 def base_rtt_s(link: LinkParams, cfg: SimConfig) -> jnp.ndarray:
@@ -627,7 +632,7 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
     # move SRTT by 1 - (7/8)^n of the way (n fractional for the fluid model's bytes). One step
     # per tick had the estimate lag the queue by the packets per tick (4 at 50 Mbps), which
     # Vegas's RTT in ns-3's form (``VegasParams.ns3_rtt``, the round's lowest SRTT) reads.
-    w = 1.0 - 0.875 ** (ack_b / PKT)
+    w = -jnp.expm1(ack_b * _LN_SRTT_KEEP_PER_BYTE)  # 1 - (7/8)^(ack_b / PKT)
     srtt = jnp.where(has, s.srtt + w * (rtt - s.srtt), s.srtt)
     min_rtt = jnp.where(has, jnp.minimum(s.min_rtt, rtt), s.min_rtt)
     # The handshake (``LinkSpec.handshake``): the SYN crosses the bottleneck at ``syn_tick``,
