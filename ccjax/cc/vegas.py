@@ -213,12 +213,12 @@ class Vegas:
                            mi_rtts=full(1.0), min_rto_s=full(1.0), max_rto_s=full(60.0))
 
     def _decide(self, cwnd: jnp.ndarray, srtt: jnp.ndarray, params: VegasParams,
-                by_round: jnp.ndarray | None = None) -> Decision:
+                by_round: jnp.ndarray) -> Decision:
         # Window-based: pace at cwnd/srtt (rate 0), at most cwnd in flight; one MI per RTT.
         # With ``ns3_rounds``, one per round where ``by_round`` (slow start; not a stalled
         # sender, which no report will reach: its MIs keep the time for its retransmission
         # timer), at most ROUND_CAP_RTTS smoothed RTTs.
-        rounds = params.ns3_rounds if by_round is None else params.ns3_rounds & by_round
+        rounds = params.ns3_rounds & by_round
         mi = params.mi_rtts * srtt
         return Decision(rate=jnp.zeros_like(cwnd), cwnd=cwnd,
                         mi_s=jnp.where(rounds, ROUND_CAP_RTTS * mi, mi), mi_round=rounds)
@@ -232,7 +232,7 @@ class Vegas:
                            # RTT its ACKs bring, which starts from the handshake's sample
                            base_srtt=jnp.where(params.ns3_rtt, jnp.inf, rtt),
                            ep=Episodes.start(rtt))
-        return state, self._decide(cwnd, rtt, params)
+        return state, self._decide(cwnd, rtt, params, cwnd < state.ssthresh)
 
     def on_interval(self, state: VegasState, stats: MIStats, params: VegasParams):
         p = params
