@@ -214,12 +214,12 @@ def link_from_flags(
     start_s: Sequence[float] | None = None, stop_s: Sequence[float] | None = None,
     buffer_pkts: float | None = None, loss: float = 0.0, trace: np.ndarray | None = None,
     trace_name: str = "trace", handshake: bool = False,
-    access_ms: Sequence[float] | None = None,
+    access_ms: Sequence[float] | None = None, jitter_ms: float = 0.0,
 ) -> LinkSpec:
     """An explicit dumbbell: ``flows`` flows over one bottleneck. ``buffer_pkts`` defaults to one
     bandwidth-delay product of the largest RTT (at least one packet), at ``bw_mbps`` or, with a
-    ``trace`` (which replaces ``bw_mbps``), at the trace's mean rate. ``handshake`` and
-    ``access_ms`` (one value or one per flow): see ``LinkSpec``."""
+    ``trace`` (which replaces ``bw_mbps``), at the trace's mean rate. ``handshake``,
+    ``access_ms`` (one value or one per flow) and ``jitter_ms``: see ``LinkSpec``."""
     require(isinstance(flows, int) and flows >= 1, "flows", flows, "an integer >= 1")
     rtts = _per_flow(rtt_ms, flows, "rtt_ms")
     starts = _per_flow(start_s if start_s is not None else [0.0], flows, "start_s")
@@ -242,4 +242,5 @@ def link_from_flags(
                     start_s=starts, stop_s=stops, trace=trace, trace_name=trace_name,
                     handshake=handshake,
                     access_ms=None if access_ms is None else _per_flow(access_ms, flows,
-                                                                       "access_ms"))
+                                                                       "access_ms"),
+                    jitter_ms=jitter_ms)

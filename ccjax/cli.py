@@ -152,6 +152,10 @@ def _add_simulate(sub) -> None:
     p.add_argument("--access-ms", type=_floats("access_ms"), default=None,
                    help="one-way delay from each sender to the bottleneck, one or one per flow, "
                    "at most half its RTT (default 0): when its packets and SYN meet the queue")
+    p.add_argument("--jitter-ms", type=float, default=None,
+                   help="the senders' per-packet jitter: each data packet's RTT takes an extra "
+                   "delay uniform in [0, this), as on ns-3's dumbbell (one bottleneck packet "
+                   "time there); below the shortest RTT (default 0)")
     p.add_argument("--buffer-pkts", type=float, default=None,
                    help="drop-tail buffer in packets (default one BDP of the largest RTT, at the "
                    "trace's mean rate with --trace)")
@@ -189,7 +193,7 @@ def _add_simulate(sub) -> None:
 
 #: the flags that build an explicit dumbbell; a scenario brings its own links
 _DUMBBELL_FLAGS = ("flows", "bw_mbps", "rtt_ms", "start_s", "stop_s", "buffer_pkts", "loss",
-                   "trace", "handshake", "access_ms")
+                   "trace", "handshake", "access_ms", "jitter_ms")
 
 
 def _links_for(args):
@@ -242,7 +246,8 @@ def _links_for(args):
         stop_s=args.stop_s, buffer_pkts=args.buffer_pkts,
         loss=0.0 if args.loss is None else args.loss, trace=trace,
         trace_name=args.trace or "trace", handshake=bool(args.handshake),
-        access_ms=args.access_ms)
+        access_ms=args.access_ms,
+        jitter_ms=0.0 if args.jitter_ms is None else args.jitter_ms)
     from ccjax.cc.registry import get_controller
     from ccjax.sim.resolution import resolve_tick
 

@@ -140,6 +140,12 @@ def scenario_from_flags(cc: str, flows: int, bw_mbps: float, rtt_ms: Sequence[fl
     require(_whole_ms(duration_s * 1e3), "duration_s", duration_s, "a whole number of ms: ccjax "
             "runs validation at 1 ms ticks and would round it up, ns-3 would not")
     rtts = rtts * flows if len(rtts) == 1 else rtts
+    # ns-3's senders' jitter is a packet time; ccjax models it in RTT samples only
+    # (``LinkSpec.jitter_ms``), which must stay below the shortest RTT
+    require(ns3_jitter_ms(bw_mbps) < min(rtts), "bw_mbps", bw_mbps,
+            f"at least {1500 * 8 / (min(rtts) * 1e3):g} Mbps with a {min(rtts):g} ms RTT: ns-3's "
+            f"senders' jitter, one packet time ({ns3_jitter_ms(bw_mbps):g} ms here), must stay "
+            "below the shortest RTT, as ccjax models it")
     sc = Scenario(cc, flows, float(bw_mbps), tuple(rtts), float(buffer_bdp), float(loss),
                   float(duration_s))
     require(sc.buffer_pkts <= 10**8, "buffer_bdp", buffer_bdp,
@@ -473,6 +479,16 @@ def ns3_access_ms(rtt_ms: Sequence[float]) -> list[float]:
     return [r / 2.0 - btl for r in rtt_ms]
 
 
+def ns3_jitter_ms(bw_mbps: float) -> float:
+    """The senders' jitter in ``sims/ns3/dumbbell.cc`` (``--jitterUs``' default): one bottleneck
+    packet time, 1500 bytes at ``bw_mbps``, in ms. ccjax runs the matrix with it
+    (``LinkSpec.jitter_ms``): ns-3's data RTTs carry its mean, half a packet time, and its
+    Vegas compares them with the SYN's (measured there, one Vegas flow at 10 Mbps, 40 ms,
+    1 BDP, 1 % loss, seed 2: mean smoothed RTT 42.20 ms with it, 41.54 without; the SYN's
+    sample 40.00 in both)."""
+    return 1500.0 * 8.0 / (bw_mbps * 1e3)
+
+
 def run_ccjax(scenarios: Sequence[Scenario], model: str = "packet", seeds: Sequence[int] = (1, 2),
               window_sender: str | None = None, retx_loss: bool = True,
               recovery: str | None = None) -> list[Measured]:
@@ -495,7 +511,8 @@ def run_ccjax(scenarios: Sequence[Scenario], model: str = "packet", seeds: Seque
         specs = [link_from_flags(flows=scenarios[i].flows, bw_mbps=scenarios[i].bw_mbps,
                                  rtt_ms=list(scenarios[i].rtt_ms),
                                  buffer_pkts=scenarios[i].buffer_pkts, loss=scenarios[i].loss,
-                                 handshake=True, access_ms=ns3_access_ms(scenarios[i].rtt_ms))
+                                 handshake=True, access_ms=ns3_access_ms(scenarios[i].rtt_ms),
+                                 jitter_ms=ns3_jitter_ms(scenarios[i].bw_mbps))
                  for i, _ in jobs]
         ctl = get_controller(cc)
         n_flows = max(s.n_flows for s in specs)

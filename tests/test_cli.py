@@ -132,6 +132,9 @@ def test_simulate_table(capsys):
     (["--access-ms", "30", "--rtt-ms", "40"], ["access_ms=30", "20 ms"]),
     (["--access-ms", "1,2,3", "--flows", "2"], ["access_ms=", "one per flow"]),
     (["--scenario", "dumbbell", "--handshake"], ["--handshake", "--scenario"]),
+    (["--jitter-ms", "-1"], ["jitter_ms=-1", "below the shortest RTT"]),
+    (["--jitter-ms", "25", "--rtt-ms", "20,40"], ["jitter_ms=25", "20 ms"]),
+    (["--scenario", "dumbbell", "--jitter-ms", "1"], ["--jitter-ms", "--scenario"]),
 ])
 def test_simulate_invalid_input(capsys, argv, words):
     code, _, err = _run(capsys, "simulate", *argv)
@@ -148,6 +151,20 @@ def test_simulate_handshake_and_access_delay(capsys):
         flows = json.loads(out)["flows"]
         assert [f["start_s"] for f in flows] == pytest.approx(starts), extra
         assert all(f["delivered_bytes"] > 0 for f in flows)
+
+
+def test_simulate_jitter_adds_its_mean_to_the_rtt(capsys):
+    # one constant-rate flow at half the link: the mean RTT is the propagation RTT, the
+    # packet's transmission (1.2 ms at 10 Mbps), what the pacer's bunching queues (the same
+    # packets in both runs) and the jitter's mean
+    rtts = []
+    for extra in ([], ["--jitter-ms", "1.2"]):
+        code, out, _ = _run(capsys, "simulate", "--json", "--cc", "const", "--rate-mbps", "5",
+                            "--flows", "1", "--bw-mbps", "10", "--duration-s", "1", *extra)
+        assert code == 0, extra
+        rtts.append(json.loads(out)["flows"][0]["mean_rtt_ms"])
+    assert rtts[0] >= 41.2
+    assert rtts[1] - rtts[0] == pytest.approx(0.6, abs=1e-3)
 
 
 def test_simulate_flags_that_fit(capsys, tmp_path):

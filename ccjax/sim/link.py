@@ -114,6 +114,7 @@ class LinkParams(struct.PyTreeNode):
     open_tick: jnp.ndarray  # (F,) int32 the flow's start time, at its sender (its life begins)
     close_tick: jnp.ndarray  # (F,) int32 the flow's stop time, at its sender (its life ends)
     present: jnp.ndarray  # (F,) bool: flow slot used at all
+    jitter_s: jnp.ndarray  # () float32: the senders' per-packet jitter's width (``LinkSpec``)
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,20 @@ class LinkSpec:
     #: flows' there: where flows with different RTTs start together (ns-3's dumbbell puts
     #: ``rtt/2 - btlDelay`` before the bottleneck), and when a SYN crosses it.
     access_ms: Sequence[float] | None = None
+    #: The senders' per-packet jitter (ms): each data packet takes an extra delay drawn uniform
+    #: in [0, jitter_ms) on its way to the bottleneck, FIFO, as the senders' access links in
+    #: ns-3's dumbbell (``sims/ns3/dumbbell.cc``, one bottleneck packet time by default) and
+    #: any real path's have. It enters the RTT samples, and with them the sender's smoothed RTT
+    #: and what its controller measures: at 10 Mbps, ns-3's idle-path RTT is about half a packet
+    #: time above the propagation RTT and the packet's transmission, and ns-3's Vegas, which
+    #: compares data RTTs with the SYN's, holds its window about that many packets lower. In the
+    #: packet model each tick's ACKs carry one draw per flow, in the fluid model the mean,
+    #: ``jitter_ms / 2``. What is not modelled: when the packets meet the queue and when their
+    #: ACKs come back (ticks, whatever the jitter), the SYN's sample (ns-3's millisecond
+    #: timestamps give a SYN sent on the millisecond the propagation RTT), and the queueing
+    #: delay's histogram and quantiles (the queue's alone). So it must stay below the shortest
+    #: RTT. Default 0: no jitter.
+    jitter_ms: float = 0.0
 
     def __post_init__(self) -> None:
         n = len(self.rtt_ms)
@@ -186,6 +201,10 @@ class LinkSpec:
             for a, r in zip(self.access_ms, self.rtt_ms, strict=True):
                 require(math.isfinite(a) and 0 <= a <= r / 2, "access_ms", a,
                         f"a one-way delay >= 0 ms and at most half the flow's RTT ({r / 2:g} ms)")
+        require(isinstance(self.jitter_ms, int | float) and not isinstance(self.jitter_ms, bool)
+                and math.isfinite(self.jitter_ms) and 0 <= self.jitter_ms < min(self.rtt_ms),
+                "jitter_ms", self.jitter_ms,
+                f"a width >= 0 ms and below the shortest RTT ({min(self.rtt_ms):g} ms)")
         if self.stop_s is not None:
             require(len(self.stop_s) == n, "stop_s", list(self.stop_s),
                     f"one stop time per flow ({n} flows)")
@@ -293,6 +312,7 @@ def build_links(
             close_tick=np.asarray(([big] * spec.n_flows if spec.stop_s is None
                                    else [ticks(s) for s in spec.stop_s]) + [0] * pad, np.int32),
             present=np.asarray([True] * spec.n_flows + [False] * pad),
+            jitter_s=np.float32(spec.jitter_ms * 1e-3),
         ))
     return jax.tree.map(lambda *xs: jnp.asarray(np.stack(xs)), *out)
 

@@ -279,7 +279,8 @@ def summarize(res: RunResult, i: int = 0) -> dict:
       receiver measures them); p95 RTT: from the histogram of RTT samples returned to the sender;
       an RTT is the propagation RTT, the queueing delay and what that delay leaves out of the
       packet's own transmission time at the bottleneck (``core.rtt_correction_ticks``; here of
-      the mean and the 95th percentile delay);
+      the mean and the 95th percentile delay), and the senders' jitter's mean
+      (``LinkSpec.jitter_ms``; in the 95th percentile too, whose histogram is the queue's);
     * ``rtt_floor_ms``: the least RTT a data packet sees (propagation and transmission),
       ``base_rtt_ms`` the propagation RTT alone;
     * loss rate: bytes lost at the link (random + drop-tail) over bytes sent;
@@ -297,10 +298,12 @@ def summarize(res: RunResult, i: int = 0) -> dict:
     # transmission (``core.rtt_correction_ticks``; at most a tick in the fluid model,
     # ``core.transmission_ticks``)
     tx = float(np.asarray(transmission_ticks(link, cfg)))
+    # (and the senders' jitter, ``LinkSpec.jitter_ms``, its mean)
+    jit = 0.5 * float(link.jitter_s)
 
     def rtt_ms(f: int, q_ticks: float | np.ndarray) -> np.ndarray:
         q = np.asarray(q_ticks, np.float64)
-        return (base[f] + (q + np.asarray(rtt_correction_ticks(q, tx))) * dt) * 1e3
+        return (base[f] + jit + (q + np.asarray(rtt_correction_ticks(q, tx))) * dt) * 1e3
 
     flows = []
     hist = tot.hist.sum(0)
