@@ -75,3 +75,19 @@ def test_ns3_dumbbell_jitter_is_one_packet_time():
     with pytest.raises(ConfigError, match=r"^bw_mbps=0.5 is invalid: at least 0.6 Mbps"):
         scenario_from_flags("vegas", 1, 0.5, [20.0], 1.0, 0.0, 10.0)
     assert scenario_from_flags("vegas", 1, 1.0, [20.0], 1.0, 0.0, 10.0).bw_mbps == 1.0
+
+
+def test_the_draw_is_static_and_never_silently_dropped():
+    from ccjax.sim.link import build_links, plan
+
+    calm = LinkSpec(bandwidth_mbps=(10.0,), rtt_ms=(40.0,))
+    shaky = LinkSpec(bandwidth_mbps=(10.0,), rtt_ms=(40.0,), jitter_ms=1.2)
+    # links without jitter compile no draw; any link with it turns it on for the batch
+    assert not plan([calm], 1.0, model="packet")[0].rtt_jitter
+    cfg, horizon = plan([calm, shaky], 1.0, model="packet")
+    assert cfg.rtt_jitter
+    assert float(build_links([calm, shaky], cfg, horizon).jitter_s[1]) == pytest.approx(1.2e-3)
+    # a config built without it refuses a link with jitter rather than ignore it
+    cfg0, horizon0 = plan([calm], 1.0, model="packet")
+    with pytest.raises(ConfigError, match=r"^jitter_ms=1.2 is invalid: 0 under a SimConfig"):
+        build_links([shaky], cfg0, horizon0)

@@ -75,6 +75,10 @@ class SimConfig:
     #: for the buffer: with ``retx_loss`` each is also lost at the drop-tail share the other
     #: flows' packets met in the tick it is sent (see ``core.tick_begin``)
     recovery: str = "cut"
+    #: the links' senders' jitter (``LinkSpec.jitter_ms``) is drawn into the RTT samples; static,
+    #: so that links without it cost no draw (``plan`` sets it where a link has jitter, and
+    #: ``build_links`` refuses a link with jitter under a config without it)
+    rtt_jitter: bool = False
 
     def __post_init__(self) -> None:
         require(self.model in MODELS, "model", self.model, f"one of {', '.join(MODELS)}")
@@ -290,6 +294,9 @@ def build_links(
                     "use a smaller tick_s (--tick-ms)")
             require(rt < config.ack_horizon, "rtt_ms", x,
                     f"< ack_horizon x tick ({config.ack_horizon * config.tick_s * 1e3:g} ms)")
+        require(spec.jitter_ms == 0 or config.rtt_jitter, "jitter_ms", spec.jitter_ms,
+                f"0 under a SimConfig with rtt_jitter=False (link {i}; ``plan`` sets it for "
+                "links with jitter)")
         pad = F - spec.n_flows
         # Times in the queue's frame: a flow's packets (and its SYN) meet the bottleneck
         # access_ms after they are sent; with the handshake its data follows one base RTT later.
@@ -330,7 +337,7 @@ def plan(
     base = SimConfig(n_flows=n_flows or max(s.n_flows for s in specs), **{
         k: v for k, v in overrides.items()
         if k in ("tick_s", "model", "rtt_bins", "window_sender", "spread_ticks", "retx_loss",
-                  "recovery")})
+                  "recovery", "rtt_jitter")})
     tick = base.tick_s
     horizon = int(math.ceil(duration_s / tick))
     k = 1
@@ -349,6 +356,7 @@ def plan(
         n_flows=base.n_flows, tick_s=tick, model=base.model, rtt_bins=base.rtt_bins,
         window_sender=base.window_sender, spread_ticks=base.spread_ticks,
         retx_loss=base.retx_loss, recovery=base.recovery,
+        rtt_jitter=base.rtt_jitter or any(s.jitter_ms > 0 for s in specs),
         queue_horizon=overrides.get("queue_horizon", qh),
         ack_horizon=overrides.get("ack_horizon", ah), schedule_len=k,
     )
