@@ -7,6 +7,7 @@ Dynamic (a batch of links is a ``vmap`` over it): ``LinkParams``. See DESIGN pri
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -158,7 +159,8 @@ class LinkSpec:
     #: any real path's have. It enters the RTT samples, and with them the sender's smoothed RTT
     #: and what its controller measures: at 10 Mbps, ns-3's idle-path RTT is about half a packet
     #: time above the propagation RTT and the packet's transmission, and ns-3's Vegas, which
-    #: compares data RTTs with the SYN's, holds its window about that many packets lower. In the
+    #: compares data RTTs with the SYN's, reads about a packet of queue on an idle path (one flow,
+    #: 40 ms, 1 % loss: its window averaged 22.5 packets, ccjax's 25.7 without the jitter). In the
     #: packet model each tick's ACKs carry one draw per flow, in the fluid model the mean,
     #: ``jitter_ms / 2``. What is not modelled: when the packets meet the queue and when their
     #: ACKs come back (ticks, whatever the jitter), the SYN's sample (ns-3's millisecond
@@ -205,7 +207,7 @@ class LinkSpec:
             for a, r in zip(self.access_ms, self.rtt_ms, strict=True):
                 require(math.isfinite(a) and 0 <= a <= r / 2, "access_ms", a,
                         f"a one-way delay >= 0 ms and at most half the flow's RTT ({r / 2:g} ms)")
-        require(isinstance(self.jitter_ms, int | float) and not isinstance(self.jitter_ms, bool)
+        require(isinstance(self.jitter_ms, numbers.Real) and not isinstance(self.jitter_ms, bool)
                 and math.isfinite(self.jitter_ms) and 0 <= self.jitter_ms < min(self.rtt_ms),
                 "jitter_ms", self.jitter_ms,
                 f"a width >= 0 ms and below the shortest RTT ({min(self.rtt_ms):g} ms)")
