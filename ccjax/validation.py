@@ -143,7 +143,8 @@ def scenario_from_flags(cc: str, flows: int, bw_mbps: float, rtt_ms: Sequence[fl
     # ns-3's senders' jitter is a packet time; ccjax models it in RTT samples only
     # (``LinkSpec.jitter_ms``), which must stay below the shortest RTT
     require(ns3_jitter_ms(bw_mbps) < min(rtts), "bw_mbps", bw_mbps,
-            f"at least {1500 * 8 / (min(rtts) * 1e3):g} Mbps with a {min(rtts):g} ms RTT: ns-3's "
+            f"at least {PACKET_BYTES * 8 / (min(rtts) * 1e3):g} Mbps with a {min(rtts):g} ms "
+            "RTT: ns-3's "
             f"senders' jitter, one packet time ({ns3_jitter_ms(bw_mbps):g} ms here), must stay "
             "below the shortest RTT, as ccjax models it")
     sc = Scenario(cc, flows, float(bw_mbps), tuple(rtts), float(buffer_bdp), float(loss),
@@ -486,7 +487,7 @@ def ns3_jitter_ms(bw_mbps: float) -> float:
     Vegas compares them with the SYN's (measured there, one Vegas flow at 10 Mbps, 40 ms,
     1 BDP, 1 % loss, seed 2: mean smoothed RTT 42.20 ms with it, 41.54 without; the SYN's
     sample 40.00 in both)."""
-    return 1500.0 * 8.0 / (bw_mbps * 1e3)
+    return PACKET_BYTES * 8.0 / (bw_mbps * 1e3)
 
 
 def run_ccjax(scenarios: Sequence[Scenario], model: str = "packet", seeds: Sequence[int] = (1, 2),
