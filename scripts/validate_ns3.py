@@ -447,7 +447,7 @@ def plot_misses(scen, rows, ref_runs, out_dir: Path, workers: int, seeds) -> lis
     for i in misses:
         runs = fresh.get(i, ref_runs[i])
         for new, old in zip(runs, ref_runs[i], strict=True):
-            if not validation.same_ns3_run(new, old):
+            if not validation.same_run(new, old):
                 raise SystemExit(f"validate_ns3: ns-3's rerun of {scen[i].name!r} differs from "
                                  f"the stored run; regenerate without --ns3-from")
         ref, spread = validation.average(runs)
@@ -563,18 +563,26 @@ def main(argv=None) -> int:
                                     ("ns-3's CUBIC as shipped", shipped is not None))
               if on and what not in read]
 
-    def against_ns3(**kw) -> list:
-        """ccjax's runs of the matrix (``validation.run_ccjax(**kw)``), each compared with its
-        ns-3 row."""
-        got = validation.run_ccjax(scen, **{"seeds": seeds, **kw})
+    def against_ns3(got=None, **kw) -> list:
+        """ccjax's runs of the matrix (``got``, seed means, or ``validation.run_ccjax(**kw)``),
+        each compared with its ns-3 row."""
+        if got is None:
+            got = validation.run_ccjax(scen, **{"seeds": seeds, **kw})
         return [validation.compare(sc, r, g, sp)
                 for sc, (r, sp), g in zip(scen, ref, got, strict=True)]
+
+    def mean_of(runs, pick) -> list:
+        """Each scenario's mean over the seeds ``pick`` of ``runs`` (per scenario, per seed)."""
+        return [validation.average([rs[seeds.index(k)] for k in pick])[0] for rs in runs]
 
     def by_cc(rs) -> dict:
         return {cc: validation.summary_counts([r for r in rs if r.scenario.cc == cc])
                 for cc in validation.VALIDATED_CC}
 
-    rows = against_ns3(model="packet")  # the tables: senders as validation.NS3_WINDOW_SENDER
+    # the tables: senders as validation.NS3_WINDOW_SENDER; per seed, for the means of fewer
+    # seeds below and the runs CI holds to (a run depends on its scenario and seed alone)
+    packet_runs = validation.run_ccjax_seeds(scen, model="packet", seeds=seeds)
+    rows = against_ns3(mean_of(packet_runs, seeds))
     counts = validation.summary_counts(rows)
     # The fluid model against the same ns-3 runs: how far it is (the packet model is the
     # reference for TCP).
@@ -593,10 +601,12 @@ def main(argv=None) -> int:
     halves = []
     if len(seeds) >= 4 and len(seeds) % 2 == 0:
         for half in (seeds[:len(seeds) // 2], seeds[len(seeds) // 2:]):
-            halves.append((half, sum(r.ok for r in against_ns3(model="packet", seeds=half))))
+            halves.append((half, sum(r.ok for r in against_ns3(mean_of(packet_runs, half)))))
     n_two = dict(halves).get((1, 2))
     if n_two is None and len(seeds) != 2:
-        n_two = sum(r.ok for r in against_ns3(model="packet", seeds=(1, 2)))
+        two = (1, 2) if {1, 2} <= set(seeds) else None
+        n_two = sum(r.ok for r in (against_ns3(mean_of(packet_runs, two)) if two else
+                                   against_ns3(model="packet", seeds=(1, 2))))
     pcounts, fcounts, acounts = by_cc(rows), by_cc(fluid), by_cc(paced)
     n_ok = {name: sum(r.ok for r in rs) for name, rs in
             (("tables", rows), ("noretx", noretx), ("pacedall", paced), ("cut", cut))}
@@ -922,6 +932,10 @@ def main(argv=None) -> int:
            "fluid_rows": validation.as_records(fluid),
            "paced_rows": validation.as_records(paced)}
     raw["ns3_runs"] = validation.ns3_runs_as_records(scen, validation.NS3_SEEDS, ref_runs)
+    check = validation.CCJAX_CHECK_SEEDS
+    if set(check) <= set(seeds):  # the runs CI reruns and holds to, run by run
+        raw["ccjax_check_runs"] = validation.ns3_runs_as_records(
+            scen, check, [[rs[seeds.index(k)] for k in check] for rs in packet_runs])
     if self_seeds:
         raw["ns3_self"] = validation.ns3_runs_as_records(scen, self_seeds, self_runs)
     if shipped_runs is not None:

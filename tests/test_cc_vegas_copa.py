@@ -566,6 +566,28 @@ def test_vegas_ns3_rounds_doubles_per_round_and_tests_the_window_now():
     assert pkts(d.cwnd) == pytest.approx(25.0, rel=1e-5) and not bool(d.mi_round[0])
 
 
+def test_vegas_ns3_rounds_loss_takes_ssthresh_from_the_window_the_acks_grew():
+    """A loss found in slow start with rounds: ns-3's GetSsThresh reads the window its ACKs have
+    grown so far (the round's window plus what was acked), one packet below it, not the doubled
+    window ccjax set ahead at the round's end. A first window of 10 with one packet through:
+    ssthresh and window 10 (ns-3's trace: found at 11), not 19."""
+    c, p = _ns3_rounds_params()
+    p = p.replace(ns3_loss=jnp.ones(1, bool))
+    s, _ = c.init(p, jnp.full(1, RTT))
+    s = s.replace(cwnd=jnp.full(1, 20 * MSS), cwnd_sent=jnp.full(1, 10 * MSS))
+    s1, d = c.on_interval(s, mi(acked_pkts=1, lost_pkts=9, inflight_pkts=0), p)
+    assert pkts(d.cwnd) == pytest.approx(10.0) and pkts(s1.ssthresh) == pytest.approx(10.0)
+    # a round that acked 8 first: found at 18, ssthresh 17
+    s1, d = c.on_interval(s, mi(acked_pkts=8, lost_pkts=2, inflight_pkts=4), p)
+    assert pkts(d.cwnd) == pytest.approx(17.0) and pkts(s1.ssthresh) == pytest.approx(17.0)
+    # at most the window itself; and in congestion avoidance the window now, as before
+    s1, d = c.on_interval(s, mi(acked_pkts=30, lost_pkts=2, inflight_pkts=4), p)
+    assert pkts(d.cwnd) == pytest.approx(19.0)
+    ca = s.replace(ssthresh=jnp.full(1, 20 * MSS))
+    s1, d = c.on_interval(ca, mi(acked_pkts=1, lost_pkts=9, inflight_pkts=0), p)
+    assert pkts(d.cwnd) == pytest.approx(19.0) and pkts(s1.ssthresh) == pytest.approx(19.0)
+
+
 def test_vegas_ns3_rounds_slow_start_on_a_link_doubles_each_round():
     """On a link (one flow, 50 Mbps, 40 ms, a 4-BDP buffer, ACK-clocked as the validation runs
     it) slow start's windows go 10, 20, 40, 80 packets, one per round, as ns-3's do at its

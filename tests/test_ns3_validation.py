@@ -3,11 +3,12 @@
 ``docs/validation.json`` holds ns-3's per-seed runs of the report's matrix (``full_matrix``) and
 the report's verdict on each scenario. In CI:
 
-* ccjax runs the whole matrix with the report's seeds (``CCJAX_SEEDS``), is compared with the
-  stored ns-3 runs, and must reach the report's verdict on every scenario and every check: each
-  scenario ``docs/validation.md`` shows within every tolerance is within it, and the report is
-  the current model's (a model change that moves a verdict fails here until the report is
-  regenerated with ``scripts/validate_ns3.py``);
+* ccjax reruns the whole matrix with the report's check seed (``CCJAX_CHECK_SEEDS``) and each
+  run must be the one the report stores, and the report's verdicts must follow from its stored
+  figures: a model change anywhere in the matrix fails here until the report is regenerated with
+  ``scripts/validate_ns3.py``, so each scenario ``docs/validation.md`` shows within every
+  tolerance is within it with today's model. ccjax runs ``ci_matrix`` with all the report's
+  seeds (``CCJAX_SEEDS``), and its seed means must be the report's;
 * ns-3 itself runs every scenario of ``ci_matrix`` (Debian's ns-3.37, ``sims/ns3/dumbbell.cc``)
   with one of the report's seeds (``NS3_SEEDS``), the seeds taking turns down the matrix: its
   runs must be the stored ones, so the stored reference is what today's dumbbell produces (a
@@ -35,11 +36,24 @@ REPORT_JSON = Path(__file__).resolve().parent.parent / "docs" / "validation.json
 
 
 @pytest.fixture(scope="module")
-def ccjax_full():
-    """ccjax on the report's matrix, by scenario name (one compiled batch per controller)."""
-    scenarios = v.full_matrix(30.0)
-    return dict(zip((s.name for s in scenarios),
-                    v.run_ccjax(scenarios, seeds=v.CCJAX_SEEDS), strict=True))
+def ccjax_runs():
+    """ccjax in one batch per controller: ``ci_matrix`` with the report's seeds, seed means by
+    scenario name, and the whole matrix with its check seed, per-seed runs by scenario (of a
+    ``ci_matrix`` scenario, its run within the mean)."""
+    ci, full = v.ci_matrix(30.0), v.full_matrix(30.0)
+    check = v.CCJAX_CHECK_SEEDS
+    assert set(check) <= set(v.CCJAX_SEEDS)
+    jobs = [(sc, k) for sc in ci for k in v.CCJAX_SEEDS]
+    jobs += [(sc, k) for sc in full if sc not in ci for k in check]
+    got = dict(zip(jobs, v.run_ccjax_jobs(jobs), strict=True))
+    means = {sc.name: v.average([got[sc, k] for k in v.CCJAX_SEEDS])[0] for sc in ci}
+    return means, {sc: [got[sc, k] for k in check] for sc in full}
+
+
+@pytest.fixture(scope="module")
+def ccjax_ci(ccjax_runs):
+    """ccjax on ``ci_matrix``, the report's seeds' means by scenario name."""
+    return ccjax_runs[0]
 
 
 def live_seed(i: int) -> int:
@@ -60,7 +74,7 @@ def ns3_live():
 
 
 @pytest.fixture(scope="module")
-def rows(ccjax_full, ns3_live):
+def rows(ccjax_ci, ns3_live):
     """``ci_matrix``: ns-3's runs (one seed live, the other stored) against ccjax's runs of the
     whole matrix."""
     scenarios, live = ns3_live
@@ -70,7 +84,7 @@ def rows(ccjax_full, ns3_live):
         rs = [one if seed == live_seed(i) else r
               for seed, r in zip(v.NS3_SEEDS, runs, strict=True)]
         ref, spread = v.average(rs)
-        out.append(v.compare(sc, ref, ccjax_full[sc.name], spread))
+        out.append(v.compare(sc, ref, ccjax_ci[sc.name], spread))
     return out
 
 
@@ -89,16 +103,45 @@ def test_stored_ns3_runs_are_todays_dumbbell(ns3_live):
     off = {}
     for i, (sc, g, want) in enumerate(zip(scenarios, live, stored, strict=True)):
         w = want[v.NS3_SEEDS.index(live_seed(i))]
-        if not v.same_ns3_run(g, w):
+        if not v.same_run(g, w):
             off[f"{sc.name} seed {live_seed(i)}"] = (w.record(), g.record())
     assert not off, (f"ns-3's runs differ from docs/validation.json's (stored, live): {off}; "
                      f"rerun scripts/validate_ns3.py without --ns3-from")
 
 
-def test_report_verdicts_are_the_current_models(ccjax_full):
-    """Every scenario of the report's matrix, ccjax now against the stored ns-3 runs: each check
-    comes out as ``docs/validation.json`` (and so ``docs/validation.md``) says, so every
-    scenario the report shows within every tolerance is within it, and no row of the report is
+def _stored_ccjax(scenarios):
+    """The report's ccjax seed means of ``scenarios`` (its rows), by scenario."""
+    report = json.loads(REPORT_JSON.read_text())
+    got = {v.Scenario.from_record(r["scenario"]): v.Measured(**r["ccjax"]) for r in report["rows"]}
+    return [got[sc] for sc in scenarios]
+
+
+def test_report_runs_are_the_current_models(ccjax_runs):
+    """ccjax now, run for run, is the report's ccjax: every scenario of the matrix with the
+    check seed (the stored ``"ccjax_check_runs"``), and ``ci_matrix``'s seed means (the
+    stored rows). A run depends on its scenario and seed alone, so a model change that moves
+    any scenario shows here."""
+    means, check = ccjax_runs
+    full = v.full_matrix(30.0)
+    stored = v.ccjax_check_runs(full, REPORT_JSON)
+    off = {f"{sc.name} seed {k}": (w.record(), g.record())
+           for sc, want in zip(full, stored, strict=True)
+           for k, w, g in zip(v.CCJAX_CHECK_SEEDS, want, check[sc], strict=True)
+           if not v.same_run(g, w)}
+    ci = v.ci_matrix(30.0)
+    off |= {f"{sc.name} mean": (w.record(), means[sc.name].record())
+            for sc, w in zip(ci, _stored_ccjax(ci), strict=True)
+            if not v.same_run(means[sc.name], w)}
+    assert not off, (f"{len(off)} ccjax run(s) differ from docs/validation.json's (stored, now), "
+                     f"e.g. {next(iter(off.items()), None)}; regenerate the report: "
+                     f".venv/bin/python scripts/validate_ns3.py --ns3-from docs/validation.json")
+
+
+def test_report_verdicts_follow_from_its_figures():
+    """Every scenario of the report's matrix: its stored ccjax figures against its stored ns-3
+    runs come out as ``docs/validation.json`` (and so ``docs/validation.md``) says, check for
+    check, and the tables' headlines count them. With the runs held to today's model above,
+    every scenario the report shows within every tolerance is within it, and no row is
     stale."""
     report = json.loads(REPORT_JSON.read_text())
     assert report["matrix"] == "full"
@@ -107,8 +150,8 @@ def test_report_verdicts_are_the_current_models(ccjax_full):
     stored = {v.Scenario.from_record(r["scenario"]): r["checks"] for r in report["rows"]}
     assert set(stored) == set(scenarios)
     ref = v.ns3_from_records(scenarios, REPORT_JSON)
-    now = [v.compare(sc, r, ccjax_full[sc.name], sp)
-           for sc, (r, sp) in zip(scenarios, ref, strict=True)]
+    now = [v.compare(sc, r, g, sp)
+           for sc, (r, sp), g in zip(scenarios, ref, _stored_ccjax(scenarios), strict=True)]
     moved = {}
     for c in now:
         was = stored[c.scenario]
@@ -116,9 +159,9 @@ def test_report_verdicts_are_the_current_models(ccjax_full):
                 if was.get(k) != ok}
         if diff:
             moved[c.scenario.name] = diff
-    assert not moved, (f"verdicts differ from docs/validation.json: {moved}; regenerate the "
-                       f"report: .venv/bin/python scripts/validate_ns3.py --ns3-from "
-                       f"docs/validation.json")
+    assert not moved, (f"verdicts differ from docs/validation.json's figures: {moved}; "
+                       f"regenerate the report: .venv/bin/python scripts/validate_ns3.py "
+                       f"--ns3-from docs/validation.json")
     md = (REPORT_JSON.parent / "validation.md").read_text()
     for cc in v.VALIDATED_CC:
         mine = [c for c in now if c.scenario.cc == cc]
@@ -163,6 +206,15 @@ def test_ns3_rows_read_back_from_a_report(tmp_path):
     path.write_text(json.dumps({"rows": v.as_records([v.compare(a, ref, ref, sp)])}))
     with pytest.raises(ConfigError, match="no per-seed ns-3 runs"):
         v.ns3_from_records([a], path)
+    # the report's stored ccjax runs (the check seed's) read back the same way, named as ccjax's
+    with pytest.raises(ConfigError, match=r"no per-seed ccjax runs .*regenerate it with"):
+        v.ccjax_check_runs([a], path)
+    path.write_text(json.dumps({"ccjax_check_runs": v.ns3_runs_as_records(
+        [a], v.CCJAX_CHECK_SEEDS, [runs[:len(v.CCJAX_CHECK_SEEDS)]])}))
+    assert v.ccjax_check_runs([a], path) == [runs[:len(v.CCJAX_CHECK_SEEDS)]]
+    with pytest.raises(ConfigError, match="no ccjax rows for 1 scenario"):
+        v.ccjax_check_runs([a, b], path)
+    assert v.same_run(runs[0], runs[0]) and not v.same_run(runs[0], runs[1])
 
 
 def test_seed_average_jain_is_the_mean_of_the_runs_indices():
@@ -234,15 +286,15 @@ def test_matrix_runs_ns3_cubic_with_hystarts_delay_test_unless_asked_for_as_ship
     assert v.ns3_runs_from_records(cubic, v.NS3_SEEDS, REPORT_JSON, key="no_such_runs") is None
 
 
-def test_report_gives_ns3_cubic_as_shipped_against_its_reference(ccjax_full):
+def test_report_gives_ns3_cubic_as_shipped_against_its_reference():
     """The report's HyStart paragraph is the stored as-shipped runs checked against the
     reference exactly as ccjax is, beside ccjax's CUBIC now: recomputed here, word for word."""
     cubic = [s for s in v.full_matrix(30.0) if s.cc == "cubic"]
     ref = v.ns3_from_records(cubic, REPORT_JSON)
     shipped = v.ns3_runs_from_records(cubic, v.NS3_SEEDS, REPORT_JSON, key="ns3_cubic_shipped")
     rows = v.ns3_against_itself(cubic, ref, shipped)
-    mine = [v.compare(sc, r, ccjax_full[sc.name], sp)
-            for sc, (r, sp) in zip(cubic, ref, strict=True)]
+    mine = [v.compare(sc, r, g, sp)
+            for sc, (r, sp), g in zip(cubic, ref, _stored_ccjax(cubic), strict=True)]
     note = _validate_script()._hystart_note(rows, mine, classic=True)
     want = (f"is within every tolerance in {sum(r.ok for r in rows)} of the {len(cubic)} CUBIC "
             f"scenarios (distance {v.distance(rows):.1f}; ccjax's CUBIC: "
@@ -445,7 +497,7 @@ def _little_queue(m: v.Measured, sc: v.Scenario) -> float:
     return m.utilization * sc.bw_mbps * 1e6 / (8 * 1500) * m.mean_queue_delay_ms * 1e-3
 
 
-def test_both_simulators_series_agree_with_their_run_means(ccjax_full, ns3_live):
+def test_both_simulators_series_agree_with_their_run_means(ccjax_ci, ns3_live):
     """The series ``ccjax validate --plot`` draws are those the verdict's means come from, in
     both simulators: each flow's throughput series averages to its throughput (the flows run the
     whole 30 s), the running Jain index ends at the run's, and the queue series averages to
@@ -457,7 +509,7 @@ def test_both_simulators_series_agree_with_their_run_means(ccjax_full, ns3_live)
     scenarios, live = ns3_live
     for sc, one in zip(scenarios, live, strict=True):
         tick_pkts = sc.bw_mbps * 1e6 * 1e-3 / (8 * 1500)
-        for m, rel, floor in ((one, 0.02, 0.1), (ccjax_full[sc.name], 0.10, tick_pkts)):
+        for m, rel, floor in ((one, 0.02, 0.1), (ccjax_ci[sc.name], 0.10, tick_pkts)):
             assert m.series is not None, sc.name
             assert m.series.throughput_mbps.shape == (sc.flows, 300), sc.name
             np.testing.assert_allclose(m.series.throughput_mbps.mean(axis=1), m.throughput_mbps,
