@@ -69,8 +69,9 @@ CCJAX_SEEDS = tuple(range(1, 17))
 
 #: The ccjax seed whose every run of the matrix the report stores (``"ccjax_check_runs"``), run
 #: by run. CI reruns the whole matrix with it alone and holds each run to the stored one, which
-#: catches a model change anywhere in the matrix (the runs are deterministic and do not depend
-#: on their batch; ``run_ccjax_jobs``) for a sixteenth of rerunning the report's seeds there.
+#: catches a model change that moves any scenario's run with this seed (the runs are
+#: deterministic and do not depend on their batch; ``run_ccjax_jobs``) for a sixteenth of
+#: rerunning the report's seeds there; a change that moved only other seeds' runs would pass.
 #: Until 2026-11-29 (seventeenth session) CI reran the whole matrix with all sixteen seeds and
 #: recomputed every verdict: 455 s of a fresh clone's 17.5-minute suite on the 2-core guest.
 CCJAX_CHECK_SEEDS = (1,)
