@@ -5,10 +5,10 @@
     .venv/bin/python scripts/validate_ns3.py --matrix ci     # the test suite's subset
 
 With ``--ns3-from`` it reruns ccjax (and the classic results) only: 566 to 677 s on the 2-core
-AMD EPYC guest, 892 s on the 2-core Intel Xeon guest (2026-11-29). Without it ns-3 runs the matrix with its reference seeds 1 and 2, with the
-self-check's seeds 3-10 (1,440 runs, about 25 minutes on two processes; ``--ns3-self-seeds
-none`` skips them) and its CUBIC as shipped with seeds 1 and 2 (120 runs, about 100 s;
-``--no-ns3-shipped`` skips them).
+AMD EPYC guest, 892 s on the 2-core Intel Xeon guest (2026-11-29). Without it ns-3 runs the
+matrix with its reference seeds 1 and 2, with the self-check's seeds 3-10 (1,440 runs, about
+25 minutes on two processes; ``--ns3-self-seeds none`` skips them) and its CUBIC as shipped
+with seeds 1 and 2 (120 runs, about 100 s; ``--no-ns3-shipped`` skips them).
 
 Needs ns-3 (``sh scripts/ns3-deps.sh``). Writes the Markdown report and, next to it, the raw
 numbers as JSON. ``--plots DIR`` also draws ``ccjax validate --plot``'s figure for every scenario
