@@ -301,6 +301,18 @@ rtt_ms = 40
         (BASE.replace("[flows]", '[link.capacity]\nkind = "constant"\nfiles = []\n[flows]'),
          "link.capacity.files=[]", "unknown key"),
         ("duration_s = [", "bad.toml", "invalid TOML"),
+        (BASE.replace("buffer_pkts = 100", "buffer_pkts = 100\njitter_ms = -1"),
+         "link.jitter_ms=-1", ">= 0"),
+        (BASE.replace("buffer_pkts = 100", "buffer_pkts = 100\njitter_ms = 40"),
+         "link.jitter_ms=40", "below every RTT the flows can draw (flows.rtt_ms from 40 ms)"),
+        (BASE.replace("rtt_ms = 40", "rtt_ms = {uniform = [10, 40]}\naccess_ms = 6"),
+         "flows.access_ms=6", "at most half of every RTT the flows can draw (5 ms"),
+        (BASE + "access_ms = {uniform = [-1, 2]}\n", "flows.access_ms=", ">= 0"),
+        (BASE + "handshake = 'yes'\n", "flows.handshake='yes'", "true or false"),
+        (BASE + "handshake = true\nstart_s = 9.97\n", "flows.start_s=9.97",
+         "data can start 10.01 s in, not before duration_s (10 s)"),
+        (BASE + "handshake = true\nlifetime_s = {uniform = [0.03, 5]}\n", "flows.lifetime_s=",
+         "longer than its handshake, one RTT (flows.rtt_ms up to 40 ms)"),
     ],
 )
 def test_bad_toml_raises_one_line_config_error(tmp_path, text, field, why):
@@ -374,3 +386,32 @@ rtt_ms = 100
     for sp in load_scenario(p).sample(3, 4):
         assert sp.period_s is not None and len(sp.steps_s) == 3
         assert sp.period_s == pytest.approx(3 * sp.steps_s[1])
+
+
+def test_handshake_access_and_jitter_reach_the_links(tmp_path):
+    """``flows.handshake``, ``flows.access_ms`` (one draw per flow) and ``link.jitter_ms`` (one
+    per link) reach the sampled ``LinkSpec``s; drawn after the older fields and only where given,
+    so a scenario without them draws the same links as before they existed."""
+    text = BASE.replace("rtt_ms = 40", "rtt_ms = {uniform = [20, 60]}\nshared_rtt = false\n"
+                        "count = 3")
+    plain = load_scenario(_write(tmp_path, text, "plain.toml"))
+    full = load_scenario(_write(tmp_path, text.replace(
+        "buffer_pkts = 100", "buffer_pkts = 100\njitter_ms = {uniform = [0.5, 2]}")
+        + "handshake = true\naccess_ms = {uniform = [0, 10]}\n", "full.toml"))
+    a, b = plain.sample(7, 20), full.sample(7, 20)
+    for x, y in zip(a, b, strict=True):
+        assert (x.handshake, x.access_ms, x.jitter_ms) == (False, None, 0.0)
+        assert y.handshake and 0.5 <= y.jitter_ms <= 2.0
+        assert len(y.access_ms) == 3 and all(0.0 <= v <= 10.0 for v in y.access_ms)
+    # the first link's older fields are the same draws; later links follow a longer stream
+    assert (a[0].rtt_ms, a[0].start_s, a[0].buffer_pkts) == (b[0].rtt_ms, b[0].start_s,
+                                                             b[0].buffer_pkts)
+    assert len({y.jitter_ms for y in b}) == 20 and len({y.access_ms for y in b}) == 20
+    # constants draw nothing: the same links but for the fields themselves
+    const = load_scenario(_write(tmp_path, text.replace(
+        "buffer_pkts = 100", "buffer_pkts = 100\njitter_ms = 1.2") + "access_ms = 3\n",
+        "const.toml"))
+    for x, y in zip(a, const.sample(7, 20), strict=True):
+        assert (x.rtt_ms, x.start_s) == (y.rtt_ms, y.start_s)
+        assert y.jitter_ms == 1.2 and y.access_ms == (3.0, 3.0, 3.0) and not y.handshake
+

@@ -19,6 +19,9 @@ TOML schema (every table and key is checked; an unknown key is an error)::
                                               # values_mbps (one draw per change point)
     buffer_bdp = {log_uniform = [0.1, 16]}   # exactly one of buffer_bdp / buffer_pkts
     loss = 0.0                                # random loss probability, [0, 1); default 0
+    jitter_ms = 1.2                           # senders' per-packet jitter width, one draw per
+                                              # link (LinkSpec.jitter_ms); default 0; below every
+                                              # RTT the flows can draw
 
     [link.capacity]                   # optional; default kind = "constant"
     kind = "steps"                    # "constant" | "steps" | "trace"
@@ -36,6 +39,11 @@ TOML schema (every table and key is checked; an unknown key is an error)::
     start_s = {uniform = [0, 10]}     # per-flow start time, default 0; sorted (flow 0 first)
     first_at_zero = true              # flow 0 starts at t = 0 (default false)
     lifetime_s = {uniform = [15, 30]} # per-flow lifetime; absent = every flow runs to the end
+    handshake = true                  # each flow opens with SYN/SYN-ACK: data one RTT after its
+                                      # start (LinkSpec.handshake); default false
+    access_ms = {uniform = [0, 10]}   # per-flow one-way delay from the sender to the bottleneck
+                                      # (LinkSpec.access_ms); absent = 0; at most half of every
+                                      # RTT the flows can draw
 
 A distribution is a plain number (a constant), ``{uniform = [lo, hi]}``,
 ``{log_uniform = [lo, hi]}`` (uniform in log space, lo > 0), ``{choice = [a, b, ...]}`` (each
@@ -256,6 +264,8 @@ class LinkDist:
     buffer_bdp: Dist | None
     loss: Dist
     capacity: Capacity
+    #: the senders' jitter width, ms (``LinkSpec.jitter_ms``); None: none
+    jitter_ms: Dist | None = None
 
 
 @dataclass(frozen=True)
@@ -268,6 +278,10 @@ class FlowDist:
     start_s: Dist
     first_at_zero: bool
     lifetime_s: Dist | None
+    #: each flow opens with a handshake (``LinkSpec.handshake``)
+    handshake: bool = False
+    #: per-flow one-way sender-to-bottleneck delay, ms (``LinkSpec.access_ms``); None: 0
+    access_ms: Dist | None = None
 
 
 @dataclass(frozen=True)
@@ -354,9 +368,14 @@ class Scenario:
             buf = L.buffer_pkts.draw(rng)
         buf = float(max(1, round(buf)))
         loss = L.loss.draw(rng)
+        # drawn after the older fields, and only where given: presets without them draw the
+        # same links as before they existed
+        jitter = 0.0 if L.jitter_ms is None else L.jitter_ms.draw(rng)
+        access = None if F.access_ms is None else tuple(F.access_ms.sample(rng, n).tolist())
         return LinkSpec(**cap, buffer_pkts=buf, loss=loss, rtt_ms=tuple(rtt),
                         start_s=tuple(start.tolist()),
-                        stop_s=None if stop is None else tuple(stop))
+                        stop_s=None if stop is None else tuple(stop),
+                        handshake=F.handshake, access_ms=access, jitter_ms=jitter)
 
     def _sample_capacity(self, rng: np.random.Generator) -> tuple[dict[str, Any], float]:
         """LinkSpec capacity fields and the link's time-average capacity (Mbps, for BDP)."""
@@ -460,6 +479,29 @@ def _parse(data: dict[str, Any], where: _Where, base_dir: Path, default_name: st
                          f"start times must be < duration_s ({duration:g} s); a flow starting "
                          "at or after the end never sends")
 
+    rtt_lo, rtt_hi = flows.rtt_ms.lo, flows.rtt_ms.hi
+    if link.jitter_ms is not None and link.jitter_ms.hi >= rtt_lo:
+        raise where.fail("link.jitter_ms", data["link"]["jitter_ms"],
+                         f"must stay below every RTT the flows can draw (flows.rtt_ms from "
+                         f"{rtt_lo:g} ms)")
+    if flows.access_ms is not None and flows.access_ms.hi > rtt_lo / 2:
+        raise where.fail("flows.access_ms", data["flows"]["access_ms"],
+                         f"must be at most half of every RTT the flows can draw ({rtt_lo / 2:g} "
+                         f"ms: flows.rtt_ms from {rtt_lo:g} ms)")
+    # a flow's data starts after its access delay, and one RTT later with the handshake
+    lead_s = 1e-3 * ((flows.access_ms.hi if flows.access_ms is not None else 0.0)
+                     + (rtt_hi if flows.handshake else 0.0))
+    if lead_s > 0 and flows.start_s.hi + lead_s >= duration:
+        raise where.fail("flows.start_s", data["flows"].get("start_s", 0.0),
+                         f"with the handshake and access delay a flow's data can start "
+                         f"{flows.start_s.hi + lead_s:g} s in, not before duration_s "
+                         f"({duration:g} s)")
+    if flows.handshake and flows.lifetime_s is not None and \
+            flows.lifetime_s.lo <= 1e-3 * rtt_hi:
+        raise where.fail("flows.lifetime_s", data["flows"]["lifetime_s"],
+                         f"with flows.handshake a flow must live longer than its handshake, "
+                         f"one RTT (flows.rtt_ms up to {rtt_hi:g} ms)")
+
     max_hi = int(flows.count.hi)
     max_flows = data.get("max_flows", max_hi)
     if (not isinstance(max_flows, int) or isinstance(max_flows, bool)
@@ -474,7 +516,8 @@ def _parse(data: dict[str, Any], where: _Where, base_dir: Path, default_name: st
 
 def _parse_link(t: dict[str, Any], where: _Where, base_dir: Path, duration: float) -> LinkDist:
     p = "link."
-    _take(t, ("bandwidth_mbps", "buffer_pkts", "buffer_bdp", "loss", "capacity"), p, where)
+    _take(t, ("bandwidth_mbps", "buffer_pkts", "buffer_bdp", "loss", "capacity", "jitter_ms"), p,
+          where)
     cap = _parse_capacity(_table(t, "capacity", p, where), where, base_dir, duration)
 
     bw = None
@@ -501,8 +544,11 @@ def _parse_link(t: dict[str, Any], where: _Where, base_dir: Path, duration: floa
                               _Bound(**_POSITIVE, unit="x BDP"))
     loss = _parse_dist(t.get("loss", 0.0), p + "loss", where,
                        _Bound(lo=0.0, hi=1.0, hi_open=True, unit="(a probability)"))
+    jitter = None
+    if "jitter_ms" in t:
+        jitter = _parse_dist(t["jitter_ms"], p + "jitter_ms", where, _Bound(lo=0.0, unit="ms"))
     return LinkDist(bandwidth_mbps=bw, buffer_pkts=buf_pkts, buffer_bdp=buf_bdp, loss=loss,
-                    capacity=cap)
+                    capacity=cap, jitter_ms=jitter)
 
 
 def _parse_capacity(t: dict[str, Any], where: _Where, base_dir: Path,
@@ -571,8 +617,8 @@ def _parse_cycles(raw: object, key: str, where: _Where) -> tuple[tuple[float, ..
 
 def _parse_flows(t: dict[str, Any], where: _Where) -> FlowDist:
     p = "flows."
-    _take(t, ("count", "rtt_ms", "shared_rtt", "start_s", "first_at_zero", "lifetime_s"), p,
-          where)
+    _take(t, ("count", "rtt_ms", "shared_rtt", "start_s", "first_at_zero", "lifetime_s",
+              "handshake", "access_ms"), p, where)
     count = _parse_dist(t.get("count", 1), p + "count", where,
                         _Bound(lo=1.0, hi=4096.0, integer=True, unit="flows"))
     if "rtt_ms" not in t:
@@ -583,9 +629,13 @@ def _parse_flows(t: dict[str, Any], where: _Where) -> FlowDist:
     if "lifetime_s" in t:
         life = _parse_dist(t["lifetime_s"], p + "lifetime_s", where,
                            _Bound(**_POSITIVE, unit="s"))
+    access = None
+    if "access_ms" in t:
+        access = _parse_dist(t["access_ms"], p + "access_ms", where, _Bound(lo=0.0, unit="ms"))
     return FlowDist(count=count, rtt_ms=rtt, shared_rtt=_bool(t, "shared_rtt", p, where, True),
                     start_s=start, first_at_zero=_bool(t, "first_at_zero", p, where, False),
-                    lifetime_s=life)
+                    lifetime_s=life, handshake=_bool(t, "handshake", p, where, False),
+                    access_ms=access)
 
 
 # ----------------------------------------------------------------------------------------------
