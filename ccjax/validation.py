@@ -72,6 +72,10 @@ CCJAX_SEEDS = tuple(range(1, 17))
 #: catches a model change that moves any scenario's run with this seed (the runs are
 #: deterministic and do not depend on their batch; ``run_ccjax_jobs``) for a sixteenth of
 #: rerunning the report's seeds there; a change that moved only other seeds' runs would pass.
+#: The runs depend on the CPU's instruction set only through FMA: the matrix's 60 CUBIC runs
+#: with XLA held to AVX2 (``XLA_FLAGS=--xla_cpu_max_isa=AVX2``, a CPU without AVX-512) were
+#: the AVX-512 Intel Xeon guest's bit for bit; held to SSE4.2, without FMA, 44 of NewReno's 60
+#: differed (2026-11-29).
 #: Until 2026-11-29 (seventeenth session) CI reran the whole matrix with all sixteen seeds and
 #: recomputed every verdict: 455 s of a fresh clone's 17.5-minute suite on the 2-core guest.
 CCJAX_CHECK_SEEDS = (1,)
@@ -1025,7 +1029,7 @@ def _stored_runs(scenarios: Sequence[Scenario], path, key: str, seeds: Sequence[
     if runs is None:
         raise ConfigError(f"{src}: its {what} runs are of seeds "
                           f"{rec.get('seeds') if isinstance(rec, dict) else None}, not "
-                          f"{list(seeds)}; allowed: a report with the same seeds")
+                          f"{list(seeds)}; allowed: a report with the same seeds, or {fix}")
     missing = [sc.name for sc in scenarios if sc not in runs]
     if missing:
         raise ConfigError(f"{src}: no {what} rows for {len(missing)} scenario(s), "

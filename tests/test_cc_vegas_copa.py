@@ -568,24 +568,49 @@ def test_vegas_ns3_rounds_doubles_per_round_and_tests_the_window_now():
 
 def test_vegas_ns3_rounds_loss_takes_ssthresh_from_the_window_the_acks_grew():
     """A loss found in slow start with rounds: ns-3's GetSsThresh reads the window its ACKs have
-    grown so far (the round's window plus what was acked), one packet below it, not the doubled
-    window ccjax set ahead at the round's end. A first window of 10 with one packet through:
-    ssthresh and window 10 (ns-3's trace: found at 11), not 19."""
+    grown so far (the round's starting window plus what was acked, at most doubled), one packet
+    below it, not the doubled window ccjax set ahead at the round's end. A first window of 10
+    with one packet through: ssthresh and window 10 (ns-3's trace: found at 11), not 19."""
     c, p = _ns3_rounds_params()
     p = p.replace(ns3_loss=jnp.ones(1, bool))
     s, _ = c.init(p, jnp.full(1, RTT))
-    s = s.replace(cwnd=jnp.full(1, 20 * MSS), cwnd_sent=jnp.full(1, 10 * MSS))
+    assert pkts(s.w_round) == pytest.approx(10.0)
+    # the first MI (the handshake's, capped) ends with the first window out: set ahead to 20,
+    # while ns-3's round still starts from 10
+    s, d = c.on_interval(s, mi(acked_pkts=0, inflight_pkts=10), p)
+    assert pkts(d.cwnd) == pytest.approx(20.0) and pkts(s.w_round) == pytest.approx(10.0)
     s1, d = c.on_interval(s, mi(acked_pkts=1, lost_pkts=9, inflight_pkts=0), p)
     assert pkts(d.cwnd) == pytest.approx(10.0) and pkts(s1.ssthresh) == pytest.approx(10.0)
     # a round that acked 8 first: found at 18, ssthresh 17
     s1, d = c.on_interval(s, mi(acked_pkts=8, lost_pkts=2, inflight_pkts=4), p)
     assert pkts(d.cwnd) == pytest.approx(17.0) and pkts(s1.ssthresh) == pytest.approx(17.0)
-    # at most the window itself; and in congestion avoidance the window now, as before
+    # at most doubled; and in congestion avoidance the window now, as before
     s1, d = c.on_interval(s, mi(acked_pkts=30, lost_pkts=2, inflight_pkts=4), p)
     assert pkts(d.cwnd) == pytest.approx(19.0)
     ca = s.replace(ssthresh=jnp.full(1, 20 * MSS))
     s1, d = c.on_interval(ca, mi(acked_pkts=1, lost_pkts=9, inflight_pkts=0), p)
     assert pkts(d.cwnd) == pytest.approx(19.0) and pkts(s1.ssthresh) == pytest.approx(19.0)
+    # a whole first window lost unseen: no doubling while nothing is out, and at the timer ns-3's
+    # window is still 10: ssthresh 9 (not 39 from a window doubled twice)
+    s1, d = c.on_interval(s, mi(acked_pkts=0, lost_pkts=10, inflight_pkts=0), p)
+    assert pkts(s1.cwnd) == pytest.approx(20.0) and pkts(d.cwnd) == pytest.approx(1.0)  # stalled
+    for _ in range(40):
+        s1, d = c.on_interval(s1, mi(acked_pkts=0, inflight_pkts=0), p)
+        if float(s1.ep.timeouts[0]) > 0:
+            break
+    assert float(s1.ep.timeouts[0]) == 1.0
+    assert pkts(s1.ssthresh) == pytest.approx(9.0) and pkts(d.cwnd) == pytest.approx(1.0)
+    assert pkts(s1.w_round) == pytest.approx(1.0)
+
+
+def test_vegas_ns3_rounds_do_not_double_before_a_flow_sends():
+    """A flow yet to start (nothing out, nothing acked) is in no round: its MIs leave the window
+    at its initial 10 packets, where each had doubled it."""
+    c, p = _ns3_rounds_params()
+    s, _ = c.init(p, jnp.full(1, RTT))
+    for _ in range(12):
+        s, d = c.on_interval(s, mi(acked_pkts=0, inflight_pkts=0), p)
+    assert pkts(d.cwnd) == pytest.approx(10.0) and pkts(s.w_round) == pytest.approx(10.0)
 
 
 def test_vegas_ns3_rounds_slow_start_on_a_link_doubles_each_round():

@@ -310,9 +310,12 @@ rtt_ms = 40
         (BASE + "access_ms = {uniform = [-1, 2]}\n", "flows.access_ms=", ">= 0"),
         (BASE + "handshake = 'yes'\n", "flows.handshake='yes'", "true or false"),
         (BASE + "handshake = true\nstart_s = 9.97\n", "flows.start_s=9.97",
-         "data can start 10.01 s in, not before duration_s (10 s)"),
-        (BASE + "handshake = true\nlifetime_s = {uniform = [0.03, 5]}\n", "flows.lifetime_s=",
-         "longer than its handshake, one RTT (flows.rtt_ms up to 40 ms)"),
+         "with flows.handshake a flow's data can start 10.01 s in, not before duration_s (10 s)"),
+        (BASE + "access_ms = 20\nhandshake = true\nlifetime_s = {uniform = [0.05, 5]}\n",
+         "flows.lifetime_s=", "with flows.handshake and flows.access_ms a flow must live longer "
+                              "than its data takes to start, up to 60 ms"),
+        (BASE + "access_ms = 20\nlifetime_s = 0.02\n", "flows.lifetime_s=0.02",
+         "with flows.access_ms a flow must live longer"),
     ],
 )
 def test_bad_toml_raises_one_line_config_error(tmp_path, text, field, why):

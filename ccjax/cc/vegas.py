@@ -54,11 +54,12 @@ How the per-ACK sender maps to one MI per RTT:
   (``tcp_vegas_ssthresh``) and the default here lower it to the window itself; ``ns3_loss``
   does that too. It matters at the next loss, which falls back to ssthresh. In slow start with
   ``ns3_rounds`` (below) the window ``GetSsThresh`` reads is the one ns-3's ACKs have grown so
-  far, the round's window plus what was acked, not the doubled one ccjax sets ahead at the
-  round's end (thirty-two ccjax seeds, ``scripts/score_matrix.py``, 2026-11-29: 56 and 59 of
-  the 60 Vegas scenarios within every tolerance against the two ns-3 references, distance 27.2
-  and 23.8, from 54 and 58, 31.2 and 28.5; four flows' first windows into an 8-packet buffer
-  lost 0.0074 of their packets, from 0.0160, where ns-3's lose 0.0032).
+  far, the round's starting window (``VegasState.w_round``) plus what was acked, not the
+  doubled one ccjax sets ahead at the round's end, at a loss and at the timer; and a window
+  doubles only with data out or acked (thirty-two ccjax seeds, ``scripts/score_matrix.py``,
+  2026-11-29: 57 and 59 of the 60 Vegas scenarios within every tolerance against the two ns-3
+  references, distance 27.2 and 24.6, from 54 and 58, 31.2 and 28.5; four flows' first windows
+  into an 8-packet buffer lost 0.0041 of their packets, from 0.0160, where ns-3's lose 0.0032).
 * ns-3's ``TcpVegas::IncreaseWindow`` does its arithmetic in whole segments: ``segCwnd = cwnd /
   MSS`` (integer division), ``targetCwnd = (uint32) (segCwnd * baseRtt / minRtt)`` (truncated),
   ``diff = segCwnd - targetCwnd``, and sets ``cwnd = segCwnd * MSS`` after ``segCwnd++``,
@@ -190,6 +191,9 @@ class VegasState(struct.PyTreeNode):
     ssthresh: jnp.ndarray  # (F,) bytes
     ss_hold: jnp.ndarray  # (F,) bool: slow start holds the window this MI (grows every other)
     base_srtt: jnp.ndarray  # (F,) s: the lowest smoothed RTT so far (BaseRTT with ``ns3_rtt``)
+    #: (F,) bytes: with ``ns3_rounds``, ns-3's window when its current slow-start round began,
+    #: which its ACKs grow one segment each until the round's end (the window ccjax set ahead)
+    w_round: jnp.ndarray
     ep: Episodes
 
 
@@ -237,7 +241,7 @@ class Vegas:
                            # ns-3's m_baseRtt starts at Time::Max and takes the lowest smoothed
                            # RTT its ACKs bring, which starts from the handshake's sample
                            base_srtt=jnp.where(params.ns3_rtt, jnp.inf, rtt),
-                           ep=Episodes.start(rtt))
+                           w_round=cwnd, ep=Episodes.start(rtt))
         return state, self._decide(cwnd, rtt, params, cwnd < state.ssthresh)
 
     def on_interval(self, state: VegasState, stats: MIStats, params: VegasParams):
@@ -286,7 +290,15 @@ class Vegas:
         # lagged a round behind: 10, 20, 30, 50, 80 packets where ns-3's go 10, 20, 40, 80.
         # (Congestion avoidance, where Vegas has no estimate, still grows by the ACKs that came:
         # a flow that gets few, beside flows that hold a small buffer full, grows slowly.)
-        reno_ss = jnp.where(p.ns3_rounds, slow_start(cwnd, state.ssthresh, cwnd)[0], reno_ss)
+        # Only with data out or acked: a flow yet to start, or one whose whole window was just
+        # lost unseen, is in no round (doubled at each empty MI, a flow starting at 1 s had a
+        # window of 40,960 packets by then; a flow whose first window was lost whole timed out
+        # with ssthresh 39 where ns-3's has 9).
+        live = (stats.acked_bytes > 0) | (stats.inflight > 0)
+        doubled = p.ns3_rounds & live
+        reno_ss = jnp.where(p.ns3_rounds,
+                            jnp.where(live, slow_start(cwnd, state.ssthresh, cwnd)[0], cwnd),
+                            reno_ss)
         # In slow start the window at the round's end has grown by the round's ACKs (ns-3 grows
         # it per ACK and tests Diff at the ACK that covers m_begSndNxt: traced, 10 Mbps, 20 ms,
         # 10 packets, 20, then 37 at the test, which left at 33). ccjax's MI has its ACKs in
@@ -339,15 +351,16 @@ class Vegas:
         ssthresh = jnp.where(trusted & ~in_ss, jnp.maximum(ssthresh, 0.75 * cwnd_new), ssthresh)
 
         # --- Loss episode and timeout: Reno's reactions (RFC 5681 eq. 4, RFC 6582, RFC 6298).
-        # ns-3's GetSsThresh reads the window it has when the loss is found. In slow start with
-        # rounds ccjax's window is already what ns-3's grows to by the round's end (``reno_ss``
-        # above); ns-3's has grown only by the round's ACKs so far: the round's starting window
-        # (``cwnd_sent``) plus what this MI acked. (Four flows' first windows into an 8-packet
-        # buffer: a flow that got one of ten packets through found the loss at 11 packets in
-        # ns-3, ssthresh 10; ccjax's took ssthresh 19 from its doubled window and sent 19 into the
-        # full queue.)
-        w_found = jnp.where(in_ss & p.ns3_rounds,
-                            jnp.minimum(cwnd, w_sent * MSS + stats.acked_bytes), cwnd)
+        # ns-3's GetSsThresh reads the window it has when the loss is found or the timer fires.
+        # In slow start with rounds ccjax's window is already what ns-3's grows to by the round's
+        # end (``reno_ss`` above); ns-3's has grown only by the round's ACKs so far: the round's
+        # starting window (``w_round``) plus what this MI acked, at most doubled. (Four flows'
+        # first windows into an 8-packet buffer: a flow that got one of ten packets through
+        # found the loss at 11 packets in ns-3, ssthresh 10; ccjax's took ssthresh 19 from its
+        # doubled window and sent 19 into the full queue. One that lost all ten times out at a
+        # window of 10 in ns-3, ssthresh 9.)
+        w_ns3 = jnp.minimum(state.w_round + stats.acked_bytes, 2.0 * state.w_round)
+        w_found = jnp.where(in_ss & p.ns3_rounds, w_ns3, cwnd)
         ssthresh_red = jnp.where(
             p.ns3_loss, jnp.maximum(jnp.minimum(state.ssthresh, w_found - MSS), 2.0 * MSS),
             jnp.maximum(0.5 * ev.flight, 2.0 * MSS))
@@ -358,8 +371,13 @@ class Vegas:
         # The every-other-RTT rhythm of slow start restarts with a growth RTT after a reduction.
         ss_hold = jnp.where(ev.loss | ev.timeout, False, ~state.ss_hold)
 
+        # ns-3's window at a round's end is where its next round starts (the window ccjax set
+        # ahead, once all the round's ACKs came); after a reduction, the reduced window.
+        w_round = jnp.where(ev.loss | ev.timeout, cwnd_new,
+                            jnp.where(doubled & in_ss & (cwnd_new > cwnd), w_ns3,
+                                      jnp.where(in_ss, state.w_round, cwnd_new)))
         new = VegasState(cwnd=cwnd_new, cwnd_sent=cwnd, ssthresh=ssthresh, ss_hold=ss_hold,
-                         base_srtt=base_srtt, ep=ep)
+                         base_srtt=base_srtt, w_round=w_round, ep=ep)
         # (ns-3 counts rounds in congestion avoidance too; there a round lasts a smoothed RTT
         # but for the MI ends at loss reports, and one-RTT MIs measured closer to ns-3:
         # docs/validation-history.md, 2026-11-29)

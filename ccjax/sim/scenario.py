@@ -489,18 +489,19 @@ def _parse(data: dict[str, Any], where: _Where, base_dir: Path, default_name: st
                          f"must be at most half of every RTT the flows can draw ({rtt_lo / 2:g} "
                          f"ms: flows.rtt_ms from {rtt_lo:g} ms)")
     # a flow's data starts after its access delay, and one RTT later with the handshake
-    lead_s = 1e-3 * ((flows.access_ms.hi if flows.access_ms is not None else 0.0)
-                     + (rtt_hi if flows.handshake else 0.0))
-    if lead_s > 0 and flows.start_s.hi + lead_s >= duration:
+    lead_ms = ((flows.access_ms.hi if flows.access_ms is not None else 0.0)
+               + (rtt_hi if flows.handshake else 0.0))
+    what = " and ".join(w for w, on in (("flows.handshake", flows.handshake),
+                                        ("flows.access_ms", flows.access_ms is not None)) if on)
+    if lead_ms > 0 and flows.start_s.hi + 1e-3 * lead_ms >= duration:
         raise where.fail("flows.start_s", data["flows"].get("start_s", 0.0),
-                         f"with the handshake and access delay a flow's data can start "
-                         f"{flows.start_s.hi + lead_s:g} s in, not before duration_s "
-                         f"({duration:g} s)")
-    if flows.handshake and flows.lifetime_s is not None and \
-            flows.lifetime_s.lo <= 1e-3 * rtt_hi:
+                         f"with {what} a flow's data can start "
+                         f"{flows.start_s.hi + 1e-3 * lead_ms:g} s in, not before duration_s "
+                         f"({duration:g} s); start flows earlier or run longer")
+    if lead_ms > 0 and flows.lifetime_s is not None and flows.lifetime_s.lo <= 1e-3 * lead_ms:
         raise where.fail("flows.lifetime_s", data["flows"]["lifetime_s"],
-                         f"with flows.handshake a flow must live longer than its handshake, "
-                         f"one RTT (flows.rtt_ms up to {rtt_hi:g} ms)")
+                         f"with {what} a flow must live longer than its data takes to start, "
+                         f"up to {lead_ms:g} ms after its start time")
 
     max_hi = int(flows.count.hi)
     max_flows = data.get("max_flows", max_hi)
