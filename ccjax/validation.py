@@ -760,8 +760,9 @@ def ns3_against_itself(scenarios: Sequence[Scenario], ref: Sequence[tuple[Measur
             for sc, (r, sp), rs in zip(scenarios, ref, runs, strict=True)]
 
 
-def ns3_runs_as_records(scenarios: Sequence[Scenario], seeds: Sequence[int],
-                        runs: Sequence[Sequence[Measured]]) -> dict:
+def runs_as_records(scenarios: Sequence[Scenario], seeds: Sequence[int],
+                    runs: Sequence[Sequence[Measured]]) -> dict:
+    """Per-seed runs of ``scenarios`` (ns-3's or ccjax's) as a report's JSON stores them."""
     return {"seeds": list(seeds),
             "rows": [{"scenario": asdict(sc), "runs": [m.record() for m in rs]}
                      for sc, rs in zip(scenarios, runs, strict=True)]}
@@ -769,7 +770,7 @@ def ns3_runs_as_records(scenarios: Sequence[Scenario], seeds: Sequence[int],
 
 def ns3_runs_from_records(scenarios: Sequence[Scenario], seeds: Sequence[int], path,
                           key: str = "ns3_self") -> list[list[Measured]] | None:
-    """Per-seed ns-3 runs of ``scenarios`` stored by ``ns3_runs_as_records`` under a report's
+    """Per-seed ns-3 runs of ``scenarios`` stored by ``runs_as_records`` under a report's
     ``key`` (the self-check's by default), or None where the report has none for these seeds and
     scenarios (then they are run)."""
     from ccjax.errors import ConfigError
@@ -991,7 +992,7 @@ def ns3_from_records(scenarios: Sequence[Scenario], path, seeds: Sequence[int] =
 def ns3_reference_runs(scenarios: Sequence[Scenario], path, seeds: Sequence[int] = NS3_SEEDS
                        ) -> list[list[Measured]]:
     """ns-3's per-seed reference runs of ``scenarios``, read from a report's JSON (``"ns3_runs"``,
-    ``ns3_runs_as_records``) instead of rerun: ns-3 is deterministic for a given build and seed,
+    ``runs_as_records``) instead of rerun: ns-3 is deterministic for a given build and seed,
     so this lets the ccjax side be regenerated alone. Every scenario must be there, with these
     seeds; anything else is a one-line ``ConfigError``."""
     return _stored_runs(scenarios, path, "ns3_runs", seeds)
@@ -1006,7 +1007,7 @@ def ccjax_check_runs(scenarios: Sequence[Scenario], path) -> list[list[Measured]
 def _stored_runs(scenarios: Sequence[Scenario], path, key: str, seeds: Sequence[int],
                  what: str = "ns-3") -> list[list[Measured]]:
     """The per-seed runs (ns-3's, or ccjax's: ``what``) of ``scenarios`` stored under ``key`` of
-    a report's JSON (``ns3_runs_as_records``); a one-line ``ConfigError`` where the file, the
+    a report's JSON (``runs_as_records``); a one-line ``ConfigError`` where the file, the
     key, the seeds or a scenario is not there."""
     import json
     from pathlib import Path
@@ -1039,7 +1040,7 @@ def _stored_runs(scenarios: Sequence[Scenario], path, key: str, seeds: Sequence[
 
 
 def _runs_by_scenario(rec, seeds: Sequence[int]) -> dict | None:
-    """``ns3_runs_as_records``'s record -> {scenario: runs}; None for other seeds. Keyed by the
+    """``runs_as_records``'s record -> {scenario: runs}; None for other seeds. Keyed by the
     whole scenario, not its name: a name rounds the RTTs, and runs of other RTTs must not
     stand in."""
     if not isinstance(rec, dict) or list(rec.get("seeds", [])) != list(seeds):
@@ -1062,7 +1063,7 @@ __all__ = [
     "Spread", "average", "Comparison",
     "full_matrix", "ci_matrix",
     "run_ccjax", "run_ccjax_seeds", "run_ccjax_jobs", "run_ns3", "run_ns3_seeds",
-    "ns3_against_itself", "ns3_runs_as_records",
+    "ns3_against_itself", "runs_as_records",
     "ns3_runs_from_records", "NS3_WINDOW_SENDER", "NS3_RECOVERY", "NS3_HYSTART_DETECT",
     "ns3_equivalent_params",
     "compare",

@@ -604,9 +604,10 @@ def main(argv=None) -> int:
             halves.append((half, sum(r.ok for r in against_ns3(mean_of(packet_runs, half)))))
     n_two = dict(halves).get((1, 2))
     if n_two is None and len(seeds) != 2:
-        two = (1, 2) if {1, 2} <= set(seeds) else None
-        n_two = sum(r.ok for r in (against_ns3(mean_of(packet_runs, two)) if two else
-                                   against_ns3(model="packet", seeds=(1, 2))))
+        # (seeds run from 1: with two or more, seeds 1 and 2 are among the runs already)
+        n_two = sum(r.ok for r in against_ns3(
+            mean_of(packet_runs, (1, 2)) if len(seeds) >= 2 else None, model="packet",
+            seeds=(1, 2)))
     pcounts, fcounts, acounts = by_cc(rows), by_cc(fluid), by_cc(paced)
     n_ok = {name: sum(r.ok for r in rs) for name, rs in
             (("tables", rows), ("noretx", noretx), ("pacedall", paced), ("cut", cut))}
@@ -931,15 +932,15 @@ def main(argv=None) -> int:
     raw = {"matrix": args.matrix, "rows": validation.as_records(rows),
            "fluid_rows": validation.as_records(fluid),
            "paced_rows": validation.as_records(paced)}
-    raw["ns3_runs"] = validation.ns3_runs_as_records(scen, validation.NS3_SEEDS, ref_runs)
+    raw["ns3_runs"] = validation.runs_as_records(scen, validation.NS3_SEEDS, ref_runs)
     check = validation.CCJAX_CHECK_SEEDS
     if set(check) <= set(seeds):  # the runs CI reruns and holds to, run by run
-        raw["ccjax_check_runs"] = validation.ns3_runs_as_records(
+        raw["ccjax_check_runs"] = validation.runs_as_records(
             scen, check, [[rs[seeds.index(k)] for k in check] for rs in packet_runs])
     if self_seeds:
-        raw["ns3_self"] = validation.ns3_runs_as_records(scen, self_seeds, self_runs)
+        raw["ns3_self"] = validation.runs_as_records(scen, self_seeds, self_runs)
     if shipped_runs is not None:
-        raw[SHIPPED_KEY] = validation.ns3_runs_as_records(cubic_scen, validation.NS3_SEEDS,
+        raw[SHIPPED_KEY] = validation.runs_as_records(cubic_scen, validation.NS3_SEEDS,
                                                           shipped_runs)
     if not args.no_classic:
         text, raw["classic"] = classic_results(60.0, (1, 2), args.workers)

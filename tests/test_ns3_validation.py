@@ -5,10 +5,11 @@ the report's verdict on each scenario. In CI:
 
 * ccjax reruns the whole matrix with the report's check seed (``CCJAX_CHECK_SEEDS``) and each
   run must be the one the report stores, and the report's verdicts must follow from its stored
-  figures: a model change anywhere in the matrix fails here until the report is regenerated with
-  ``scripts/validate_ns3.py``, so each scenario ``docs/validation.md`` shows within every
-  tolerance is within it with today's model. ccjax runs ``ci_matrix`` with all the report's
-  seeds (``CCJAX_SEEDS``), and its seed means must be the report's;
+  figures: a model change that moves any scenario's run with that seed fails here until the
+  report is regenerated with ``scripts/validate_ns3.py``, so each scenario
+  ``docs/validation.md`` shows within every tolerance is within it with today's model. ccjax
+  runs ``ci_matrix`` with all the report's seeds (``CCJAX_SEEDS``), and its seed means must be
+  the report's;
 * ns-3 itself runs every scenario of ``ci_matrix`` (Debian's ns-3.37, ``sims/ns3/dumbbell.cc``)
   with one of the report's seeds (``NS3_SEEDS``), the seeds taking turns down the matrix: its
   runs must be the stored ones, so the stored reference is what today's dumbbell produces (a
@@ -75,8 +76,8 @@ def ns3_live():
 
 @pytest.fixture(scope="module")
 def rows(ccjax_ci, ns3_live):
-    """``ci_matrix``: ns-3's runs (one seed live, the other stored) against ccjax's runs of the
-    whole matrix."""
+    """``ci_matrix``: ns-3's runs (one seed live, the other stored) against ccjax's seed means
+    of it."""
     scenarios, live = ns3_live
     stored = v.ns3_reference_runs(scenarios, REPORT_JSON)
     out = []
@@ -194,7 +195,7 @@ def test_ns3_rows_read_back_from_a_report(tmp_path):
     runs = [v.Measured(0.90, 12.0, 0.004, [4.5, 4.4], 1.0),
             v.Measured(0.92, 12.5, 0.005, [4.7, 4.4], 1.0)]
     path = tmp_path / "validation.json"
-    path.write_text(json.dumps({"ns3_runs": v.ns3_runs_as_records([a], (1, 2), [runs])}))
+    path.write_text(json.dumps({"ns3_runs": v.runs_as_records([a], (1, 2), [runs])}))
     (got, got_sp), = v.ns3_from_records([a], path)
     want, want_sp = v.average(runs)
     assert got == want and got_sp == want_sp
@@ -209,7 +210,7 @@ def test_ns3_rows_read_back_from_a_report(tmp_path):
     # the report's stored ccjax runs (the check seed's) read back the same way, named as ccjax's
     with pytest.raises(ConfigError, match=r"no per-seed ccjax runs .*regenerate it with"):
         v.ccjax_check_runs([a], path)
-    path.write_text(json.dumps({"ccjax_check_runs": v.ns3_runs_as_records(
+    path.write_text(json.dumps({"ccjax_check_runs": v.runs_as_records(
         [a], v.CCJAX_CHECK_SEEDS, [runs[:len(v.CCJAX_CHECK_SEEDS)]])}))
     assert v.ccjax_check_runs([a], path) == [runs[:len(v.CCJAX_CHECK_SEEDS)]]
     with pytest.raises(ConfigError, match="no ccjax rows for 1 scenario"):
@@ -242,7 +243,7 @@ def test_ns3_against_itself_checks_other_seeds_as_ccjax_is_checked(tmp_path):
     assert itself[0].ok and itself[1].failures() == ["utilization"]
 
     path = tmp_path / "validation.json"
-    path.write_text(json.dumps({"ns3_self": v.ns3_runs_as_records([a, b], (3, 4), [near, far])}))
+    path.write_text(json.dumps({"ns3_self": v.runs_as_records([a, b], (3, 4), [near, far])}))
     assert v.ns3_runs_from_records([a, b], (3, 4), path) == [near, far]
     assert v.ns3_runs_from_records([a, b], (3, 4, 5), path) is None  # other seeds: rerun
     c = v.ci_matrix(30.0)[2]
@@ -455,7 +456,7 @@ def test_series_stay_out_of_a_reports_json(tmp_path):
     ref, sp = v.average(runs)
     assert ref.series is not None
     text = json.dumps({"rows": v.as_records([v.compare(a, ref, ref, sp)]),
-                       "ns3_runs": v.ns3_runs_as_records([a], (1, 2), [runs])})
+                       "ns3_runs": v.runs_as_records([a], (1, 2), [runs])})
     assert "series" not in text
     path = tmp_path / "validation.json"
     path.write_text(text)
@@ -534,7 +535,7 @@ def test_matrix_rtts_are_whole_ms_and_runs_of_other_rtts_do_not_stand_in(tmp_pat
     assert old.name == new.name and old != new
     runs = [v.Measured(0.9, 12.0, 0.004, [2.0] * 4), v.Measured(0.9, 12.0, 0.004, [2.0] * 4)]
     path = tmp_path / "validation.json"
-    path.write_text(json.dumps({"ns3_runs": v.ns3_runs_as_records([old], (1, 2), [runs])}))
+    path.write_text(json.dumps({"ns3_runs": v.runs_as_records([old], (1, 2), [runs])}))
     with pytest.raises(ConfigError, match="no ns-3 rows for 1 scenario"):
         v.ns3_from_records([new], path)
     assert v.ns3_from_records([old], path)[0][0] == v.average(runs)[0]

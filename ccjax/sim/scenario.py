@@ -442,6 +442,12 @@ def _table(data: dict[str, Any], key: str, prefix: str, where: _Where) -> dict[s
     return v
 
 
+def _opt_dist(t: dict[str, Any], key: str, prefix: str, where: _Where,
+              bound: _Bound) -> Dist | None:
+    """``key``'s distribution where the table gives it, else None."""
+    return _parse_dist(t[key], prefix + key, where, bound) if key in t else None
+
+
 def _bool(t: dict[str, Any], key: str, prefix: str, where: _Where, default: bool) -> bool:
     v = t.get(key, default)
     if not isinstance(v, bool):
@@ -545,9 +551,7 @@ def _parse_link(t: dict[str, Any], where: _Where, base_dir: Path, duration: floa
                               _Bound(**_POSITIVE, unit="x BDP"))
     loss = _parse_dist(t.get("loss", 0.0), p + "loss", where,
                        _Bound(lo=0.0, hi=1.0, hi_open=True, unit="(a probability)"))
-    jitter = None
-    if "jitter_ms" in t:
-        jitter = _parse_dist(t["jitter_ms"], p + "jitter_ms", where, _Bound(lo=0.0, unit="ms"))
+    jitter = _opt_dist(t, "jitter_ms", p, where, _Bound(lo=0.0, unit="ms"))
     return LinkDist(bandwidth_mbps=bw, buffer_pkts=buf_pkts, buffer_bdp=buf_bdp, loss=loss,
                     capacity=cap, jitter_ms=jitter)
 
@@ -626,13 +630,8 @@ def _parse_flows(t: dict[str, Any], where: _Where) -> FlowDist:
         raise where.missing(p + "rtt_ms", "the flows' base RTT is required")
     rtt = _parse_dist(t["rtt_ms"], p + "rtt_ms", where, _Bound(**_POSITIVE, unit="ms"))
     start = _parse_dist(t.get("start_s", 0.0), p + "start_s", where, _Bound(lo=0.0, unit="s"))
-    life = None
-    if "lifetime_s" in t:
-        life = _parse_dist(t["lifetime_s"], p + "lifetime_s", where,
-                           _Bound(**_POSITIVE, unit="s"))
-    access = None
-    if "access_ms" in t:
-        access = _parse_dist(t["access_ms"], p + "access_ms", where, _Bound(lo=0.0, unit="ms"))
+    life = _opt_dist(t, "lifetime_s", p, where, _Bound(**_POSITIVE, unit="s"))
+    access = _opt_dist(t, "access_ms", p, where, _Bound(lo=0.0, unit="ms"))
     return FlowDist(count=count, rtt_ms=rtt, shared_rtt=_bool(t, "shared_rtt", p, where, True),
                     start_s=start, first_at_zero=_bool(t, "first_at_zero", p, where, False),
                     lifetime_s=life, handshake=_bool(t, "handshake", p, where, False),
