@@ -42,7 +42,8 @@ def tick_trace(spec: LinkSpec, model: str, rate_mbps, duration_s: float, seed: i
                    dropped=s.tot.dropped, flight=s.flight, cwnd=s.decision.cwnd,
                    prr_on=s.prr.on, prr_delivered=s.prr.delivered, prr_out=s.prr.out,
                    prr_fs=s.prr.recover_fs, prr_last=s.prr.last, prr_since=s.prr.since,
-                   prr_held=s.prr.held, prr_left=s.prr.left, retx_lost_mi=s.mi.retx_lost,
+                   prr_held=s.prr.held, prr_left=s.prr.left, prr_emptied=s.prr.emptied,
+                   retx_lost_mi=s.mi.retx_lost,
                    retx_lost_last=s.last.retx_lost_bytes, clock=s.clock)
         return s, rec
 

@@ -130,6 +130,54 @@ def test_bbr_probe_bw_cycles_through_the_eight_gains():
         assert w == pytest.approx(2 * btl * RTT + 6 * MSS + (2 * MSS if g > 1 else 0), rel=1e-4)
 
 
+def test_bbr_gain_phases_end_within_an_mi_where_a_per_ack_sender_would_leave_them():
+    """bbr_is_next_cycle_phase checks every ACK: the 5/4 phase, once an RTprop old, ends when
+    the flight reaches 5/4 BDP (and the quanta), the 3/4 phase once it is down to one BDP. At
+    MI granularity the MI that follows is cut to end there: its length is the gap over the rate
+    at which the flight grows or falls, (gain x 0.99 - 1) x BtlBw. Such a short MI gives no
+    BtlBw sample (a few ticks' ACKs are too coarse a rate)."""
+    c = BBR()
+    p = c.default_params(1)
+    s = _probe_bw_state(c, p).replace(cycle_idx=jnp.zeros(1, jnp.int32))
+    step = stepper(c)
+    q = 2 * MSS  # the send quantum at 10 Mbps: one ms of sending, at least two packets
+    up = 1.25 * BDP + 3 * q + 2 * MSS  # the 5/4 phase's inflight target
+    # An RTprop in the 5/4 phase, the flight 0.05 BDP short of the target: the phase goes on
+    # for the time the flight takes to grow by that much at 0.2375 BtlBw
+    s, d = step(s, mi(acked=BDP, sent=1.25 * BDP, inflight=up - 0.05 * BDP), p)
+    assert int(s.cycle_idx[0]) == 0
+    assert val(d.mi_s) == pytest.approx(0.05 * RTT / (1.25 * 0.99 - 1), rel=1e-3)
+    # that short MI's ACKs, however many, leave BtlBw alone; the flight is there: the 3/4
+    # phase begins, cut to the time the flight takes to fall to one BDP (and the quanta)
+    short = val(d.mi_s)
+    s, d = step(s, mi(acked=2 * BW * short, sent=1.25 * BW * short, dur=short,
+                      inflight=up + 0.01 * BDP), p)
+    assert val(s.btlbw) == pytest.approx(BW, rel=1e-6)
+    assert int(s.cycle_idx[0]) == 1
+    expect = (up + 0.01 * BDP - (BDP + 3 * q)) / ((1 - 0.75 * 0.99) * BW)
+    assert val(d.mi_s) == pytest.approx(min(expect, RTT), rel=1e-3)
+    # at its end the flight is down to one BDP: the 3/4 phase is over (before an RTprop)
+    s, d = step(s, mi(acked=BDP / 4, sent=0.2 * BDP, dur=val(d.mi_s), inflight=BDP), p)
+    assert int(s.cycle_idx[0]) == 2
+    assert val(d.mi_s) == pytest.approx(RTT, rel=1e-6)
+    # already at the target when the 3/4 phase begins (a loss ends the 5/4 phase): one tick
+    s = _probe_bw_state(c, p).replace(cycle_idx=jnp.zeros(1, jnp.int32))
+    s, d = step(s, mi(acked=BDP, lost=MSS, sent=1.25 * BDP, inflight=BDP), p)
+    assert int(s.cycle_idx[0]) == 1 and val(d.mi_s) == pytest.approx(TICK)
+
+
+def test_a_lone_bbr_flow_drains_what_its_probes_queue():
+    """One BBR flow at 12 Mbps, 40 ms, one BDP of buffer, ACK-clocked delivery (whose BtlBw
+    samples are the link's rate): with the gain phases ending where a per-ACK sender leaves
+    them, the queue each 5/4 probe builds is drained; checked only at MI ends the 5/4 phase ran
+    an RTprop too long and the queue held 10.4 ms on average (ns-3.37's TcpBbr: 4.7 ms)."""
+    spec = link_from_flags(flows=1, bw_mbps=12.0, rtt_ms=[40.0])
+    res = run_controller([spec], BBR(), duration_s=10.0, window_sender="ack-clocked")
+    link = res.summary(0)["link"]
+    assert link["utilization"] > 0.95
+    assert link["mean_queue_delay_ms"] < 8.0, link
+
+
 def test_bbr_random_start_phase_is_deterministic_and_never_the_drain_phase():
     rtts = jnp.linspace(0.01, 0.2, 64, dtype=jnp.float32)
     z = jnp.zeros(64, jnp.int32)

@@ -71,6 +71,13 @@ How the per-ACK machinery maps onto MIs (one MI = one RTprop estimate):
   tail), so BBR keeps a standing queue of most of the buffer and loses about 1 % of its packets
   after STARTUP; the ACK-clocked sender (``window_sender="ack-clocked"``), whose departures are
   spread over the ticks they leave in, gives 0.995 C and no loss there.
+* PROBE_BW's 5/4 and 3/4 phases end where a per-ACK sender leaves them, not at the next MI
+  end: once the 5/4 phase has lasted an RTprop with the flight short of its target, or when the
+  3/4 phase begins, the next MI is cut to the time the flight takes to reach the target at
+  ``(gain x 0.99 - 1) x BtlBw`` (at least a tick, at most an RTprop). Checked only at MI ends,
+  the 5/4 phase ran a whole RTprop more and the one-RTprop 3/4 phase could not drain it: one
+  flow at 12 Mbps, 40 ms, 1 BDP (ACK-clocked delivery, 10 s) kept 10.4 ms queued on average,
+  6.7 ms now, ns-3.37's TcpBbr 4.7 ms. Cut MIs give no BtlBw sample.
 * The pacing rate is ``gain * BtlBw * (1 - 1%)`` (``bbr_pacing_margin_percent``) and, until the
   pipe is full, never decreases (``bbr_set_pacing_rate``); before the first sample it is
   ``2/ln2 * init_cwnd / RTT`` (``bbr_init_pacing_rate_from_rtt``).
@@ -269,7 +276,10 @@ class BBR:
         # acked bytes left the sender between ``start - rtt_max`` and ``end - rtt_min``; the
         # rate they were sent at is the overlap-weighted send rate of the MIs in that span.
         dur = jnp.maximum(stats.duration_s, 1e-9)
-        rate_ok = (acked > 0) & (stats.duration_s > 0)
+        # (an MI cut short to end a gain phase where it would end per ACK, below, gives no
+        # sample: over fewer ticks a tick's bunched ACKs weigh more, and the max filter keeps
+        # the high ones)
+        rate_ok = (acked > 0) & (stats.duration_s > 0) & (stats.duration_s >= s.rtprop - 1.5 * tick)
         fall = jnp.nan_to_num(2.0 * (stats.rtt_first_half - stats.rtt_second_half))
         interval = dur + jnp.clip(fall, 0.0, 1e3) + tick
         ack_rate = jnp.clip(jnp.nan_to_num(acked / interval), 0.0, MAX_RATE)
@@ -399,7 +409,23 @@ class BBR:
             bw_entries=bw_entries, probe_rtt_done=probe_rtt_done,
             probe_rtt_round_done=round_done, prior_cwnd=prior_cwnd, cwnd=cwnd_new,
             pacing_rate=rate, pacing_gain=pacing_gain, snd_hist=snd_hist)
-        # One MI per RTprop estimate (at least one tick; the simulator rounds to ticks).
+        # One MI per RTprop estimate (at least one tick; the simulator rounds to ticks), except
+        # where a per-ACK sender would leave a PROBE_BW gain phase within the next RTprop
+        # (bbr_is_next_cycle_phase checks on every ACK): the 5/4 phase, once it has lasted an
+        # RTprop, ends when the flight reaches its target, and the 3/4 phase ends once the
+        # flight is down to one BDP. Checked only at MI ends, the 5/4 phase ran a whole RTprop
+        # more (0.25 BDP more queue) and the 3/4 phase never drained it, so a lone flow kept
+        # half a BDP queued (12 Mbps, 40 ms, 1 BDP: 20 packets mean; ns-3.37's TcpBbr 4.7 ms).
+        # The next MI ends where the flight, growing or falling at (gain - 1) x the delivery
+        # rate, meets the target.
+        new_g = _gain_of(cycle_idx)
+        in_bw = mode == PROBE_BW
+        excess = jnp.maximum(jnp.abs(new_g * (1.0 - p.pacing_margin) - 1.0) * btlbw, 1e-6)
+        t_up = (inflight_target(btlbw, rtprop, new_g, cycle_idx) - inflight) / excess
+        t_down = (inflight - inflight_target(btlbw, rtprop, 1.0, cycle_idx)) / excess
+        cont = in_bw & (new_g > 1.0) & ~advance & full_length
         mi = jnp.maximum(rtprop, tick)
+        mi = jnp.where(cont, jnp.clip(t_up, tick, rtprop), mi)
+        mi = jnp.where(in_bw & (new_g < 1.0), jnp.clip(t_down, tick, rtprop), mi)
         return new, Decision(rate=rate, cwnd=cwnd_new, mi_s=mi,
                                     mi_round=jnp.zeros(rate.shape, bool))
