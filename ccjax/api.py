@@ -17,7 +17,7 @@ import numpy as np
 
 from ccjax.cc.base import Controller
 from ccjax.cc.mix import Mix, MixParams
-from ccjax.cc.registry import get_controller
+from ccjax.cc.registry import EPISODE_CONTROLLERS, WINDOW_CONTROLLERS, get_controller
 from ccjax.errors import ConfigError, require
 from ccjax.sim.link import MODELS, WINDOW_SENDERS, LinkSpec, build_links, plan
 from ccjax.sim.resolution import resolve_tick
@@ -63,6 +63,58 @@ def _pad(values: list, n_real: int, n_flows: int, field: str) -> list:
     return v + [v[-1]] * (n_flows - n_real)
 
 
+def _check_sender_settings(links: Sequence[LinkSpec], names: Sequence[str], model: str,
+                           window_sender: str, recovery: str, retx_loss: bool) -> None:
+    """Refuse ``recovery="prr"`` and ``retx_loss`` where they would change nothing.
+
+    ``names``: each flow slot's controller (link ``i`` runs the first ``n_flows`` of them).
+    What reaches which flow (``sim.core.tick_begin``):
+
+    * ``recovery="prr"`` bounds only window senders (``WINDOW_CONTROLLERS``); the one thing it
+      does for the others is to retransmit their reported losses a tick later, which matters
+      only with ``retx_loss``, to a flow that reads lost retransmissions
+      (``EPISODE_CONTROLLERS``), on a link with random loss.
+    * ``retx_loss`` draws lost retransmissions, which only ``EPISODE_CONTROLLERS`` read. With
+      ``recovery="cut"`` a retransmission meets only the link's random loss; with "prr" a window
+      sender's also meets drop-tail.
+
+    ``window_sender`` is not checked: "ack-clocked" also delivers every flow's packets as the
+    link serves them (``core._spread_group``), which moves rate-based flows' RTT samples too.
+    Combinations the simulator's own config refuses (``SimConfig``: prr with paced senders or
+    the fluid model, ``retx_loss`` with the fluid model) are left to its clearer message.
+    """
+    prr = recovery == "prr" and window_sender == "ack-clocked"
+    if model != "packet" or (recovery != "cut" and not prr):
+        return
+    per_link = [({names[f] for f in range(s.n_flows)}, s.loss > 0) for s in links]
+    used = ",".join(sorted(set().union(*(n for n, _ in per_link))))
+    window = ", ".join(sorted(WINDOW_CONTROLLERS))
+    episodes = ", ".join(sorted(EPISODE_CONTROLLERS))
+    if prr and not any(n & WINDOW_CONTROLLERS or (retx_loss and n & EPISODE_CONTROLLERS and lossy)
+                       for n, lossy in per_link):
+        raise ConfigError(
+            f"recovery='prr' is invalid with cc {used}: it is the loss recovery of window "
+            f"senders ({window}) and no flow runs one, so it would change nothing; give "
+            "recovery='cut' (the default)")
+    if not retx_loss:
+        return
+    if not any(n & EPISODE_CONTROLLERS for n, _ in per_link):
+        raise ConfigError(
+            f"retx_loss=True is invalid with cc {used}: only controllers that track loss "
+            f"episodes ({episodes}) react to a lost retransmission and no flow runs one, so it "
+            "would change nothing; leave it off")
+    if not any(n & EPISODE_CONTROLLERS and (lossy or (prr and n & WINDOW_CONTROLLERS))
+               for n, lossy in per_link):
+        # (only reached with recovery "cut": a "prr" that passed above has a window sender,
+        # which tracks loss episodes, or random loss where a flow does)
+        raise ConfigError(
+            "retx_loss=True is invalid here: with recovery='cut' a retransmission meets only the "
+            f"link's random loss, and the links whose flows react to a lost one ({episodes}) "
+            "have none (loss=0), so none would be lost; give a loss > 0, or recovery='prr' with "
+            f"window_sender='ack-clocked' and window senders ({window}), whose retransmissions "
+            "also meet drop-tail")
+
+
 def simulate(
     links: Sequence[LinkSpec],
     *,
@@ -83,7 +135,8 @@ def simulate(
     ``series_interval_s`` long (default 0.1 s, or the whole run if it is shorter; an explicit
     value longer than the run is an error, not shortened). ``tick_s`` is the longest tick: a
     controller that needs a finer one (Copa, ``ccjax.sim.resolution``) gets it, and the run's
-    config records the tick used."""
+    config records the tick used. ``recovery="prr"`` and ``retx_loss`` are refused where they
+    would change nothing (``_check_sender_settings``: no flow they reach)."""
     require(model in MODELS, "model", model, f"one of {', '.join(MODELS)}")
     require(math.isfinite(duration_s) and duration_s > 0, "duration_s", duration_s,
             "a finite number > 0 s")
@@ -124,6 +177,7 @@ def simulate(
 
     require(window_sender in WINDOW_SENDERS, "window_sender", window_sender,
             f"one of {', '.join(WINDOW_SENDERS)}")
+    _check_sender_settings(links, names, model, window_sender, recovery, bool(retx_loss))
     tick_s = resolve_tick(tick_s, members, links, model)
     cfg, horizon = plan(links, duration_s, n_flows=n_flows, tick_s=tick_s, model=model,
                         window_sender=window_sender, retx_loss=bool(retx_loss),

@@ -167,17 +167,23 @@ def _add_simulate(sub) -> None:
     p.add_argument("--model", choices=["fluid", "packet"], default="packet")
     p.add_argument("--window-sender", choices=["paced", "ack-clocked"], default="paced",
                    help="window-based controllers pace at cwnd/srtt (default) or send as their "
-                   "ACKs arrive, unpaced (as ns-3's and Linux's TCP without fq)")
+                   "ACKs arrive, unpaced (as ns-3's and Linux's TCP without fq); ack-clocked "
+                   "also delivers every flow's packets as the link serves them, so it changes "
+                   "rate-based flows' RTTs too")
     p.add_argument("--retx-loss", action="store_true",
                    help="packet model: retransmissions meet the random loss too, and a lost one "
                    "costs a loss-based sender a retransmission timeout (SACK recovery without "
-                   "RACK, as in ns-3.37); default: every loss is repaired by one retransmission")
+                   "RACK, as in ns-3.37); default: every loss is repaired by one retransmission."
+                   " Only for controllers that track loss episodes (newreno, cubic, vegas, "
+                   "copa), and with --loss > 0 unless --recovery prr: refused where it would "
+                   "change nothing")
     p.add_argument("--recovery", choices=["cut", "prr"], default="cut",
                    help="ack-clocked window senders' loss recovery: cut (default: the window "
                    "drops at once and the sender waits until its flight is under it) or prr "
                    "(RFC 6937 Proportional Rate Reduction, ns-3.37's default: it keeps sending in "
                    "proportion to what is delivered; with --retx-loss its retransmissions also "
-                   "meet drop-tail; needs --window-sender ack-clocked and the packet model)")
+                   "meet drop-tail; needs --window-sender ack-clocked, the packet model and a "
+                   "window-based controller: newreno, cubic or vegas)")
     p.add_argument("--tick-ms", type=float, default=1.0,
                    help="simulator tick, the longest (default 1 ms; a run with copa uses at most "
                    "one packet time at the fastest link, e.g. 0.2 ms at 50 Mbps)")

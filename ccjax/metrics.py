@@ -445,8 +445,12 @@ def mocc_objectives(throughput: Array, capacity: Array, latency: Array, base_lat
         O_lat  = clip(base link latency / measured latency, 0, 1)
         O_loss = clip(1 − lost packets / total packets, 0, 1)
 
-    Choices (MOCC leaves them open, notes §2.5): latency is the mean RTT of the interval and the
-    base latency the propagation RTT (a ratio of one-way delays would differ); "total packets"
+    Choices (MOCC leaves them open, notes §2.5): latency is the mean RTT of the interval (a
+    ratio of one-way delays would differ) and the base latency the least RTT a data packet can
+    see, its propagation RTT plus its own transmission at the bottleneck: ``summary_metrics``
+    passes a summary's ``rtt_floor_ms`` (``sim.core.data_rtt_floor_s``), and the propagation
+    RTT only for a summary without it (ns-3's). Every packet's RTT carries its transmission, so
+    against the propagation RTT alone even an idle link would score O_lat < 1; "total packets"
     are the packets sent (pass ``loss_rate(lost, sent)``); O_thr and O_lat are clipped at 1 (the
     paper says each term is "normalized to [0,1]"; measured throughput can briefly exceed the
     capacity and an RTT sample can undercut the nominal base); a latency that is not a positive
@@ -484,7 +488,7 @@ def _num(x) -> float:
     return float("nan") if x is None else float(x)
 
 
-def summary_metrics(summary: dict, *, stop_s: Sequence[float] | None = None,
+def summary_metrics(summary: dict, *, stop_s: Sequence[float | None] | None = None,
                     capacity_mbps: float | Sequence[float] | None = None,
                     w: Sequence[float] | None = None, cubic_flows: Sequence[int] | None = None,
                     d_max_ms: float | None = None, tol: float = CONVERGENCE_TOL,
@@ -494,9 +498,12 @@ def summary_metrics(summary: dict, *, stop_s: Sequence[float] | None = None,
 
     Keyword arguments supply what the summary does not hold:
 
-    * ``stop_s``: per-flow stop times (the summary has start times only). Default: every flow
-      runs to the end of the run, as in a ``LinkSpec`` without ``stop_s``. Pass them for a run
-      with departures, or departed flows count as active, starved flows in Jain/convergence.
+    * ``stop_s``: per-flow stop times, ``inf`` or None for a flow that never stops; they win
+      over the summary's. Default: each flow's ``stop_s`` in the summary (``summarize`` writes
+      it, null for a flow that never stops); a summary without it (ns-3's, or one written
+      before the field existed) has every flow run to the end of the run. Pass them for such
+      a run with departures, or departed flows count as active, starved flows in
+      Jain/convergence.
     * ``capacity_mbps``: the capacity per slot (scalar or series). Default: recovered per slot
       from the summary as Σ_f throughput / utilization (exact, as served = Σ delivered), the
       link's mean capacity where the utilization is 0.
@@ -560,8 +567,9 @@ def summary_metrics(summary: dict, *, stop_s: Sequence[float] | None = None,
     end = (float(sim["ticks"]) * float(sim["tick_s"]) if "ticks" in sim and "tick_s" in sim
            else T * slot)
     starts = np.array([_num(f.get("start_s", 0.0)) for f in flows], float)
-    stops = (np.full(F, np.inf) if stop_s is None
-             else np.array([math.inf if s is None else float(s) for s in stop_s], float))
+    if stop_s is None:  # the summary's own (null: never stops), where it has them
+        stop_s = [f.get("stop_s") for f in flows]
+    stops = np.array([math.inf if s is None else float(s) for s in stop_s], float)
     if len(stops) != F:
         raise ValueError(f"stop_s has {len(stops)} entries for {F} flows")
     if capacity_mbps is None:

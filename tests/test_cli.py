@@ -176,6 +176,7 @@ def test_simulate_flags_that_fit(capsys, tmp_path):
     assert code == 0
     flows = json.loads(out)["flows"]
     assert [f["start_s"] for f in flows] == [0.0, 0.75]
+    assert [f["stop_s"] for f in flows] == [None, None]  # never stops: null (JSON has no inf)
     assert all(f["delivered_bytes"] > 0 for f in flows)
     # a plot that cannot be written is refused before the run, in one line
     folder = tmp_path / "dir.png"
@@ -771,3 +772,161 @@ def test_validate_averages_the_reports_ccjax_seeds_by_default():
     a = build_parser().parse_args(["validate", "--cc", "newreno"])
     assert a.ccjax_seeds == len(v.CCJAX_SEEDS)
     assert v.CCJAX_SEEDS == tuple(range(1, a.ccjax_seeds + 1))
+
+
+@pytest.fixture
+def no_plan(monkeypatch):
+    """``api.simulate`` may validate but must not plan, build or run: a refusal is raised
+    before anything is traced, and a missing check fails here at once instead of running."""
+    from ccjax import api
+
+    def ran(*a, **k):
+        raise AssertionError("it was planned: the input was not refused first")
+
+    monkeypatch.setattr(api, "plan", ran)
+    monkeypatch.setattr(api, "_run_planned", ran)
+
+
+_ACK = ["--window-sender", "ack-clocked"]
+
+
+@pytest.mark.parametrize("argv,words", [
+    # PRR bounds only window senders: for rate-based flows it changes nothing
+    (["--cc", "const", "--flows", "1", *_ACK, "--recovery", "prr"],
+     ["recovery='prr'", "cc const", "cubic, newreno, vegas", "change nothing"]),
+    (["--cc", "bbr", *_ACK, "--recovery", "prr"], ["recovery='prr'", "cc bbr", "cubic, newreno"]),
+    (["--cc", "bbr,vivace", *_ACK, "--recovery", "prr", "--loss", "0.01"],
+     ["recovery='prr'", "cc bbr,vivace"]),
+    # ... nor for Copa without lost retransmissions (with them it delays them a tick: allowed)
+    (["--cc", "copa", *_ACK, "--recovery", "prr", "--loss", "0.01"], ["recovery='prr'"]),
+    (["--cc", "copa", *_ACK, "--recovery", "prr", "--retx-loss"], ["recovery='prr'"]),
+    # only controllers that track loss episodes read a lost retransmission
+    (["--cc", "const", "--retx-loss", "--loss", "0.01"],
+     ["retx_loss=True", "cc const", "copa, cubic, newreno, vegas", "change nothing"]),
+    (["--cc", "bbr,vivace", "--retx-loss", "--loss", "0.01"], ["retx_loss=True", "bbr,vivace"]),
+    # with recovery cut a retransmission meets only the random loss: none without it
+    (["--cc", "cubic", "--retx-loss"], ["retx_loss=True", "loss=0", "recovery='prr'"]),
+    (["--cc", "cubic", *_ACK, "--retx-loss"], ["retx_loss=True", "loss=0"]),
+    # a scenario's links take the same check: dumbbell's have no random loss
+    (["--scenario", "mocc-train", "--cc", "const", "--retx-loss"], ["retx_loss=True", "const"]),
+    (["--scenario", "dumbbell", "--cc", "cubic", "--retx-loss"], ["retx_loss=True", "loss=0"]),
+])
+def test_simulate_refuses_sender_settings_that_change_nothing(capsys, no_plan, argv, words):
+    code, out, err = _run(capsys, "simulate", "--duration-s", "1", *argv)
+    _one_line_error(code, err, *words)
+    assert out == ""
+
+
+def test_sender_settings_are_taken_where_some_flow_feels_them(no_plan):
+    """The combinations that reach a flow pass the check (and get to the planner)."""
+    from ccjax.api import link_from_flags, simulate
+    from ccjax.errors import ConfigError
+
+    lossy, clean = link_from_flags(flows=2, loss=0.01), link_from_flags(flows=2)
+    ack = {"window_sender": "ack-clocked"}
+    for links, cc, kw in (
+            ([clean], ["const", "cubic"], {**ack, "recovery": "prr"}),  # a window sender
+            ([clean], "newreno", {**ack, "recovery": "prr", "retx_loss": True}),  # drop-tail
+            ([lossy], "copa", {**ack, "recovery": "prr", "retx_loss": True}),
+            ([lossy], ["bbr", "copa"], {"retx_loss": True}),
+            ([clean, lossy], "vegas", {"retx_loss": True}),  # one lossy link is enough
+            ([clean], "const", ack)):  # ack-clocked delivery moves rate-based flows' RTTs
+        with pytest.raises(AssertionError, match="planned"):
+            simulate(links, cc=cc, duration_s=1.0, model="packet", **kw)
+    # a flow slot beyond a link's flows runs nothing there
+    with pytest.raises(ConfigError, match="recovery='prr'"):
+        simulate([link_from_flags(flows=1)], cc=["const", "cubic"], max_flows=2,
+                 duration_s=1.0, model="packet", recovery="prr", **ack)
+
+
+def test_the_refused_sender_settings_change_nothing():
+    """What the check refuses is a no-op in the simulator (``run_controller`` does not check):
+    PRR and lost retransmissions for constant-rate flows, and lost retransmissions without
+    random loss under recovery cut. A change to ``sim.core`` that makes one of them matter
+    fails here, and the check must follow."""
+    from ccjax.api import link_from_flags, run_controller
+    from ccjax.cc.registry import get_controller
+
+    def run(cc: str, loss: float, **kw) -> str:
+        s = run_controller([link_from_flags(flows=2, loss=loss, start_s=[0.0, 0.0])],
+                           get_controller(cc), duration_s=0.6, model="packet", **kw).summary(0)
+        for k in ("window_sender", "recovery", "retx_loss", "wall_s", "compile_s"):
+            del s["sim"][k]
+        return json.dumps(s, sort_keys=True)
+
+    ack = {"window_sender": "ack-clocked", "retx_loss": True}
+    assert run("const", 0.05, **ack) == run("const", 0.05, recovery="prr", **ack)
+    assert run("const", 0.05) == run("const", 0.05, retx_loss=True)
+    assert run("newreno", 0.0) == run("newreno", 0.0, retx_loss=True)
+    # (and the comparison can tell: random loss makes lost retransmissions NewReno reads)
+    assert run("newreno", 0.2) != run("newreno", 0.2, retx_loss=True)
+
+
+def test_the_window_and_episode_controller_sets_follow_the_controllers():
+    """``WINDOW_CONTROLLERS`` are the controllers that decide a rate of 0 (the simulator's
+    window senders), ``EPISODE_CONTROLLERS`` those whose state tracks loss episodes (the readers
+    of lost retransmissions); the sender-settings check relies on both."""
+    import jax.numpy as jnp
+
+    from ccjax.cc.newreno import Episodes
+    from ccjax.cc.registry import CONTROLLERS, EPISODE_CONTROLLERS, WINDOW_CONTROLLERS
+
+    assert WINDOW_CONTROLLERS <= EPISODE_CONTROLLERS <= set(CONTROLLERS)
+    for name, c in CONTROLLERS.items():
+        state, dec = c.init(c.default_params(2), jnp.full(2, 0.04))
+        rate = np.asarray(dec.rate)
+        assert (np.all(rate <= 0) if name in WINDOW_CONTROLLERS else np.all(rate > 0)), name
+        assert isinstance(getattr(state, "ep", None), Episodes) == (name in EPISODE_CONTROLLERS)
+
+
+def test_a_runs_json_holds_its_stop_times_and_scores_as_with_them_given(capsys):
+    """Each flow's ``stop_s`` is in the JSON (null: never stops), so ``summary_metrics`` scores
+    a run with departures from its JSON alone as with the stop times passed."""
+    import math
+
+    from ccjax.metrics import summary_metrics
+
+    code, out, _ = _run(capsys, "simulate", "--json", "--model", "fluid", "--duration-s", "4",
+                        "--bw-mbps", "8", "--rate-mbps", "4", "--flows", "3",
+                        "--start-s", "0,1,1.5", "--stop-s", "3,inf,1e12", "--buffer-pkts", "50")
+    assert code == 0
+
+    def strict(c):
+        raise ValueError(f"{c} is no JSON")
+
+    d = json.loads(out, parse_constant=strict)  # NaN/Infinity would not be valid JSON
+    assert [f["stop_s"] for f in d["flows"]] == [3.0, None, None]
+
+    def score(s, **kw) -> str:
+        return json.dumps(summary_metrics(s, hold_s=0.5, **kw), sort_keys=True)
+
+    given = score(d, stop_s=[3.0, math.inf, None])
+    assert score(d) == given
+    assert [c["kind"] for c in json.loads(given)["convergence"]] == [
+        "arrival", "arrival", "departure"]
+    # an explicit stop_s wins over the JSON's, and without them the departure is lost
+    bare = {**d, "flows": [{k: v for k, v in f.items() if k != "stop_s"} for f in d["flows"]]}
+    assert score(bare) != given and score(d, stop_s=[None] * 3) == score(bare)
+
+
+def test_series_count_each_slots_packets_when_they_left(capsys):
+    """README and ``sim.run.summarize``: a slot counts the packets that left the bottleneck in
+    it, a packet group at its last byte, so a slot can exceed the capacity by up to one group
+    and a neighbour is lower by as much; the running total never exceeds the capacity offered
+    so far, and the series' mean is the run's utilization. (15 Mbps into 12: a backlog all
+    run; a tick's pacer sends at most 2 x 1875 + 1500 bytes, three packets.)"""
+    code, out, _ = _run(capsys, "simulate", "--json", "--cc", "const", "--rate-mbps", "15",
+                        "--flows", "1", "--duration-s", "2")
+    assert code == 0
+    d = json.loads(out)
+    util = np.asarray(d["link"]["utilization_series"])
+    cap_slot = 12e6 / 8 * d["sim"]["series_interval_s"]  # bytes a slot can serve
+    thr = np.asarray(d["flows"][0]["throughput_series_mbps"])
+    np.testing.assert_allclose(thr, util * 12.0, rtol=1e-5)  # the one flow is the link's
+    assert util.mean() == pytest.approx(d["link"]["utilization"], rel=1e-5)
+    assert np.all(np.cumsum(util) <= np.arange(1, len(util) + 1) + 1e-5)
+    group = 3 * 1500 / cap_slot
+    assert util.max() <= 1.0 + group + 1e-5
+    # the documented overshoot is there (counting each byte when it left would end it; then
+    # README's description of the series and this test change with it)
+    assert util.max() > 1.0

@@ -16,6 +16,16 @@ CONTROLLERS: dict[str, Controller] = {
     c.name: c for c in (Const(), NewReno(), Cubic(), Vegas(), BBR(), Copa(), Vivace())
 }
 
+#: The window senders: the controllers whose ``Decision.rate`` is 0 (pace at cwnd/srtt), which
+#: the simulator (``sim.core``) sends as ``SimConfig.window_sender`` says and recovers as
+#: ``SimConfig.recovery`` says; the others decide a rate > 0 and neither setting reaches their
+#: sending (``tests/test_cli.py`` holds each controller's first decision to this set).
+WINDOW_CONTROLLERS = frozenset({"newreno", "cubic", "vegas"})
+#: The controllers that track loss episodes (``newreno.track_episodes``, their state's ``ep``):
+#: the only readers of ``MIStats.retx_lost_bytes``, so the only ones a lost retransmission
+#: (``SimConfig.retx_loss``) changes anything for.
+EPISODE_CONTROLLERS = frozenset({"newreno", "cubic", "vegas", "copa"})
+
 
 def get_controller(name: str) -> Controller:
     try:

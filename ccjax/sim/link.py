@@ -30,6 +30,10 @@ WINDOW_SENDERS = ("paced", "ack-clocked")
 RECOVERIES = ("cut", "prr")
 
 
+#: ``LinkParams.stop_tick`` and ``close_tick`` of a flow that never stops
+NEVER_TICK = int(np.iinfo(np.int32).max)
+
+
 @dataclass(frozen=True)
 class SimConfig:
     """Static configuration of one compiled simulator.
@@ -268,7 +272,7 @@ def build_links(
     if not specs:
         raise ConfigError("links=[] is invalid: at least one link is needed")
     F = config.n_flows
-    big = int(np.iinfo(np.int32).max)
+    big = NEVER_TICK
 
     def ticks(s: float) -> int:
         # a time past int32's ticks lies past any run (2**31 ticks of 1 ms: 24 days): it stands

@@ -30,7 +30,7 @@ from ccjax.sim.core import (
     tick_end,
     transmission_ticks,
 )
-from ccjax.sim.link import LinkParams, SimConfig
+from ccjax.sim.link import NEVER_TICK, LinkParams, SimConfig
 from ccjax.sim.stats import hist_quantile
 from ccjax.units import PACKET_BYTES, PAYLOAD_BYTES
 
@@ -286,7 +286,20 @@ def summarize(res: RunResult, i: int = 0) -> dict:
     * loss rate: bytes lost at the link (random + drop-tail) over bytes sent;
     * timeouts and recoveries (controllers that track loss episodes: NewReno, CUBIC, Vegas,
       Copa): retransmission timeouts and loss episodes (window reductions on a loss report) over
-      the run, as ns-3's dumbbell counts its entries into CA_LOSS and CA_RECOVERY.
+      the run, as ns-3's dumbbell counts its entries into CA_LOSS and CA_RECOVERY;
+    * ``start_s`` and ``stop_s``: when the flow's data first and last meets the queue (``stop_s``
+      null for a flow that never stops);
+    * ``throughput_series_mbps`` and ``utilization_series``: a slot counts the packets that left
+      the bottleneck in it, each when its last byte left. The simulator delivers one tick's
+      packet group (what all flows put into the queue in that tick) at the tick its last byte
+      leaves (``core.tick_begin``; ack-clocked: packet by packet over ``spread_ticks``, the
+      rest with its last byte), so the bytes of a group that straddles a slot's start, served
+      at the end of the slot before, count in the later slot, and the slot before misses them:
+      a slot can exceed the capacity by up to one packet group, a neighbour is lower by as
+      much. (Counting each byte when it left would need the per-flow split of the bytes
+      served in each tick, which the simulator does not keep.) The running total never exceeds
+      the capacity offered so far, and over the run the series add up exactly: their
+      interval-weighted mean is ``utilization``.
     """
     cfg, dt = res.cfg, res.cfg.tick_s
     tot = jax.tree.map(lambda x: np.asarray(x[i]), res.series)
@@ -333,6 +346,11 @@ def summarize(res: RunResult, i: int = 0) -> dict:
             # ratios divide by
             "rtt_floor_ms": float((base[f] + tx * dt) * 1e3),
             "start_s": float(link.start_tick[f] * dt),
+            # when its data last meets the queue, in the same frame as ``start_s`` (its stop
+            # time plus its access delay); null (JSON has no inf) for a flow that never stops.
+            # ``metrics.summary_metrics`` reads departures from it.
+            "stop_s": (None if int(link.stop_tick[f]) == NEVER_TICK
+                       else float(link.stop_tick[f] * dt)),
             **({} if episodes is None else {"timeouts": int(episodes[0][f]),
                                              "recoveries": int(episodes[1][f])}),
             "throughput_series_mbps": (tot.delivered[:, f] / interval_s * 8e-6).tolist(),
