@@ -170,7 +170,7 @@ def test_a_lone_bbr_flow_drains_what_its_probes_queue():
     """One BBR flow at 12 Mbps, 40 ms, one BDP of buffer, ACK-clocked delivery (whose BtlBw
     samples are the link's rate): with the gain phases ending where a per-ACK sender leaves
     them, the queue each 5/4 probe builds is drained; checked only at MI ends the 5/4 phase ran
-    an RTprop too long and the queue held 10.4 ms on average (ns-3.37's TcpBbr: 4.7 ms)."""
+    an RTprop too long and the queue held 10.4 ms on average (ns-3.37's TcpBbr: 4.9 ms)."""
     spec = link_from_flags(flows=1, bw_mbps=12.0, rtt_ms=[40.0])
     res = run_controller([spec], BBR(), duration_s=10.0, window_sender="ack-clocked")
     link = res.summary(0)["link"]

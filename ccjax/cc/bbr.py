@@ -77,7 +77,7 @@ How the per-ACK machinery maps onto MIs (one MI = one RTprop estimate):
   ``(gain x 0.99 - 1) x BtlBw`` (at least a tick, at most an RTprop). Checked only at MI ends,
   the 5/4 phase ran a whole RTprop more and the one-RTprop 3/4 phase could not drain it: one
   flow at 12 Mbps, 40 ms, 1 BDP (ACK-clocked delivery, 10 s) kept 10.4 ms queued on average,
-  6.7 ms now, ns-3.37's TcpBbr 4.7 ms. Cut MIs give no BtlBw sample.
+  6.7 ms now; ns-3.37's TcpBbr 4.9 ms (seeds 1 and 2, 10 s). Cut MIs give no BtlBw sample.
 * The pacing rate is ``gain * BtlBw * (1 - 1%)`` (``bbr_pacing_margin_percent``) and, until the
   pipe is full, never decreases (``bbr_set_pacing_rate``); before the first sample it is
   ``2/ln2 * init_cwnd / RTT`` (``bbr_init_pacing_rate_from_rtt``).
@@ -414,10 +414,9 @@ class BBR:
         # (bbr_is_next_cycle_phase checks on every ACK): the 5/4 phase, once it has lasted an
         # RTprop, ends when the flight reaches its target, and the 3/4 phase ends once the
         # flight is down to one BDP. Checked only at MI ends, the 5/4 phase ran a whole RTprop
-        # more (0.25 BDP more queue) and the 3/4 phase never drained it, so a lone flow kept
-        # half a BDP queued (12 Mbps, 40 ms, 1 BDP: 20 packets mean; ns-3.37's TcpBbr 4.7 ms).
-        # The next MI ends where the flight, growing or falling at (gain - 1) x the delivery
-        # rate, meets the target.
+        # more (0.25 BDP more queue) and the one-RTprop 3/4 phase could not drain it (see the
+        # module docstring for what a lone flow kept queued). The next MI ends where the
+        # flight, growing or falling at (gain x 0.99 - 1) x BtlBw, meets the target.
         new_g = _gain_of(cycle_idx)
         in_bw = mode == PROBE_BW
         excess = jnp.maximum(jnp.abs(new_g * (1.0 - p.pacing_margin) - 1.0) * btlbw, 1e-6)
