@@ -175,15 +175,18 @@ def _add_simulate(sub) -> None:
                    "costs a loss-based sender a retransmission timeout (SACK recovery without "
                    "RACK, as in ns-3.37); default: every loss is repaired by one retransmission."
                    " Only for controllers that track loss episodes (newreno, cubic, vegas, "
-                   "copa), and with --loss > 0 unless --recovery prr: refused where it would "
-                   "change nothing")
+                   "copa), and with --loss > 0 unless --recovery prr runs a window-based one "
+                   "(newreno, cubic, vegas), whose retransmissions also meet drop-tail: refused "
+                   "where it would change nothing")
     p.add_argument("--recovery", choices=["cut", "prr"], default="cut",
                    help="ack-clocked window senders' loss recovery: cut (default: the window "
                    "drops at once and the sender waits until its flight is under it) or prr "
                    "(RFC 6937 Proportional Rate Reduction, ns-3.37's default: it keeps sending in "
                    "proportion to what is delivered; with --retx-loss its retransmissions also "
-                   "meet drop-tail; needs --window-sender ack-clocked, the packet model and a "
-                   "window-based controller: newreno, cubic or vegas)")
+                   "meet drop-tail; needs --window-sender ack-clocked and the packet model; "
+                   "refused where it would change nothing: it bounds window-based controllers, "
+                   "newreno, cubic and vegas, and for copa only delays its retransmissions a "
+                   "tick, which counts with --retx-loss and --loss > 0)")
     p.add_argument("--tick-ms", type=float, default=1.0,
                    help="simulator tick, the longest (default 1 ms; a run with copa uses at most "
                    "one packet time at the fastest link, e.g. 0.2 ms at 50 Mbps)")

@@ -296,24 +296,34 @@ def test_a_flow_loses_its_clock_only_once_every_growth_is_turned_away():
     np.testing.assert_allclose(r["clock"][1:][active], expect[active], atol=1e-2)
 
 
-def test_loss_reports_that_empty_the_flight_with_acks_send_what_the_acks_clock():
-    """Four first windows of 10 Vegas packets (ns-3's arithmetic) into an 8-packet buffer, with
+@pytest.mark.parametrize("cc,buffer_pkts,loss,duration_s", [
+    ("vegas", 8, 0.0, 0.3),  # first windows into a full queue
+    ("vegas", 6, 0.01, 1.0),  # and where the same tick's reports also end a PRR recovery
+    ("cubic", 6, 0.01, 1.0),
+])
+def test_loss_reports_that_empty_the_flight_with_acks_send_what_the_acks_clock(
+        cc, buffer_pkts, loss, duration_s):
+    """Four first windows of 10 packets (ns-3's arithmetic) into a 6- or 8-packet buffer, with
     ns-3's sender jitter: a flow that got one packet through learns of the other nine in the
     tick its ACK comes, with nothing left in flight. In PRR mode it sends next only what that
     ACK clocks (two packets in slow start), as a per-ACK sender does before its duplicate ACKs
-    report the losses, not its whole window of 10 into the full queue (``Prr.emptied``)."""
+    report the losses, not its whole window into the full queue (``Prr.emptied``); so also
+    where those reports end a recovery, which otherwise refills the window at once."""
     from ccjax import validation
-    from ccjax.cc.vegas import Vegas
+    from ccjax.cc.registry import get_controller
 
-    spec = link_from_flags(flows=4, bw_mbps=10.0, rtt_ms=[40.0], buffer_pkts=8, handshake=True,
-                           jitter_ms=1.2)
-    ctl = Vegas()
-    r = tick_trace(spec, "packet", None, 0.3, controller=ctl, window_sender="ack-clocked",
-                   params=validation.ns3_equivalent_params("vegas", ctl, 4, True),
+    spec = link_from_flags(flows=4, bw_mbps=10.0, rtt_ms=[40.0], buffer_pkts=buffer_pkts,
+                           loss=loss, handshake=True, jitter_ms=1.2)
+    ctl = get_controller(cc)
+    r = tick_trace(spec, "packet", None, duration_s, controller=ctl,
+                   window_sender="ack-clocked",
+                   params=validation.ns3_equivalent_params(cc, ctl, 4, True),
                    recovery="prr", retx_loss=True)[3]
     e = r["prr_emptied"]
     ts, fs = np.nonzero(e[1:] & ~e[:-1])
     ts = ts + 1
+    keep = ts + 1 < len(e)
+    ts, fs = ts[keep], fs[keep]
     sent = np.diff(r["sent"], axis=0, prepend=0.0)
     acked = np.diff(r["acked"], axis=0, prepend=0.0)
     lost = np.diff(r["lost"], axis=0, prepend=0.0)
@@ -324,3 +334,5 @@ def test_loss_reports_that_empty_the_flight_with_acks_send_what_the_acks_clock()
     assert np.all((nxt > 0) & (nxt <= 2 * acked[ts, fs] + PKT))
     assert np.any(r["cwnd"][ts, fs] >= 2 * nxt + PKT)  # where the whole window went before
     assert not np.any(e[ts + 1, fs])  # it has sent: the flag is spent
+    if loss > 0:  # the path the reports that end a recovery take
+        assert np.any(r["prr_on"][ts - 1, fs]), "no recovery ended by such reports"

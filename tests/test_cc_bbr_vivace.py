@@ -150,7 +150,10 @@ def test_bbr_gain_phases_end_within_an_mi_where_a_per_ack_sender_would_leave_the
     # that short MI's ACKs, however many, leave BtlBw alone; the flight is there: the 3/4
     # phase begins, cut to the time the flight takes to fall to one BDP (and the quanta)
     short = val(d.mi_s)
-    s, d = step(s, mi(acked=2 * BW * short, sent=1.25 * BW * short, dur=short,
+    assert bool(s.cut[0])
+    # (a send history that would not bound the sample: without the rule it would count)
+    s = s.replace(snd_hist=jnp.full_like(s.snd_hist, 4 * BW))
+    s, d = step(s, mi(acked=2 * BW * short, sent=4 * BW * short, dur=short,
                       inflight=up + 0.01 * BDP), p)
     assert val(s.btlbw) == pytest.approx(BW, rel=1e-6)
     assert int(s.cycle_idx[0]) == 1
@@ -164,6 +167,33 @@ def test_bbr_gain_phases_end_within_an_mi_where_a_per_ack_sender_would_leave_the
     s = _probe_bw_state(c, p).replace(cycle_idx=jnp.zeros(1, jnp.int32))
     s, d = step(s, mi(acked=BDP, lost=MSS, sent=1.25 * BDP, inflight=BDP), p)
     assert int(s.cycle_idx[0]) == 1 and val(d.mi_s) == pytest.approx(TICK)
+
+
+def test_bbr_probes_spare_capacity_in_whole_mis_once_the_5_4_phase_is_old():
+    """With spare capacity the 5/4 phase's flight levels off below its target (what is sent
+    is delivered), so the phase lasts; it cuts its MIs only while it is younger than
+    ``CUT_PHASE_RTPROPS`` RTprops, then goes on in whole MIs whose delivery-rate samples raise
+    BtlBw and the pacing rate, as a per-ACK sender's do (cut MI after cut MI, with no sample,
+    had BtlBw frozen and then expired)."""
+    c = BBR()
+    p = c.default_params(1)
+    s = _probe_bw_state(c, p).replace(cycle_idx=jnp.zeros(1, jnp.int32),
+                                      snd_hist=jnp.full((1, bbr_mod.SND_HIST), 1.25 * BW))
+    step = stepper(c)
+    dur, btl, ages = RTT, [], []
+    for _ in range(16):
+        rate = val(s.pacing_rate) if val(s.pacing_rate) > 0 else BW
+        # it levels off a little below the target (all of it is delivered)
+        q = min(max(val(s.pacing_rate) * 1e-3, 2 * MSS), 65536.0)
+        flight = 1.25 * val(s.btlbw) * RTT + 3 * q + 2 * MSS - 0.1 * val(s.btlbw) * RTT
+        s, d = step(s, mi(acked=rate * dur, sent=rate * dur, dur=dur, inflight=flight), p)
+        dur = val(d.mi_s)
+        btl.append(val(s.btlbw))
+        ages.append(val(s.clock - s.cycle_stamp))
+        assert int(s.cycle_idx[0]) == 0  # never reaches the target: still probing
+        if ages[-1] >= bbr_mod.CUT_PHASE_RTPROPS * RTT:
+            assert dur == pytest.approx(RTT, rel=1e-6)  # whole MIs from there on
+    assert btl[-1] > 1.5 * BW  # and their samples grew BtlBw
 
 
 def test_a_lone_bbr_flow_drains_what_its_probes_queue():

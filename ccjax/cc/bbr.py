@@ -77,7 +77,10 @@ How the per-ACK machinery maps onto MIs (one MI = one RTprop estimate):
   ``(gain x 0.99 - 1) x BtlBw`` (at least a tick, at most an RTprop). Checked only at MI ends,
   the 5/4 phase ran a whole RTprop more and the one-RTprop 3/4 phase could not drain it: one
   flow at 12 Mbps, 40 ms, 1 BDP (ACK-clocked delivery, 10 s) kept 10.4 ms queued on average,
-  6.7 ms now; ns-3.37's TcpBbr 4.9 ms (seeds 1 and 2, 10 s). Cut MIs give no BtlBw sample.
+  6.7 ms now; ns-3.37's TcpBbr 4.9 ms (seeds 1 and 2, 10 s). Cut MIs give no BtlBw sample,
+  so the 5/4 phase cuts its MIs only for its first ``CUT_PHASE_RTPROPS`` RTprops: with spare
+  capacity its flight never reaches the target, and whole MIs' samples then let BtlBw grow as
+  a per-ACK sender's do.
 * The pacing rate is ``gain * BtlBw * (1 - 1%)`` (``bbr_pacing_margin_percent``) and, until the
   pipe is full, never decreases (``bbr_set_pacing_rate``); before the first sample it is
   ``2/ln2 * init_cwnd / RTT`` (``bbr_init_pacing_rate_from_rtt``).
@@ -135,6 +138,12 @@ BW_RTTS = CYCLE_LEN + 2
 CWND_MIN_PKTS = 4.0
 #: MIs of send-rate history kept for the delivery-rate bound (covers RTTs up to 4 RTprop)
 SND_HIST = 4
+#: PROBE_BW's 5/4 phase cuts its MIs to end where the flight meets its target only while it
+#: is younger than this many RTprops (cut MIs give no BtlBw sample). One flow at 12 Mbps,
+#: 40 ms, 1 BDP, ACK-clocked, 10 s, mean queueing delay: 11.9 ms with 1 (a single cut), 8.1
+#: with 2, 6.7 with 3 and without a bound; a link going from 10 to 30 Mbps is filled within
+#: 1 s with a bound of 3, and in 4.5 s without one.
+CUT_PHASE_RTPROPS = 3.0
 #: rates and windows never exceed these (bytes/s, bytes): float32 state stays finite.
 MAX_RATE = 1e12
 MAX_CWND = 1e12
@@ -179,6 +188,7 @@ class BBRState(struct.PyTreeNode):
     pacing_rate: jnp.ndarray  # (F,) bytes/s
     pacing_gain: jnp.ndarray  # (F,) gain of the current decision (for inspection)
     snd_hist: jnp.ndarray  # (F, SND_HIST) bytes/s: send rates of the last MIs, newest first
+    cut: jnp.ndarray  # (F,) bool: the MI now running was cut short to end a gain phase
 
     @property
     def btlbw(self) -> jnp.ndarray:
@@ -246,7 +256,8 @@ class BBR:
             rtprop=rtt, rtprop_stamp=z, cycle_idx=zi, cycle_stamp=z, bw_entries=zi,
             probe_rtt_done=z - 1.0, probe_rtt_round_done=jnp.zeros(cwnd.shape, bool),
             prior_cwnd=cwnd, cwnd=cwnd, pacing_rate=rate, pacing_gain=p.high_gain + z,
-            snd_hist=jnp.zeros(cwnd.shape + (SND_HIST,), jnp.float32))
+            snd_hist=jnp.zeros(cwnd.shape + (SND_HIST,), jnp.float32),
+            cut=jnp.zeros(cwnd.shape, bool))
         return state, Decision(rate=rate, cwnd=cwnd, mi_s=rtt,
                                       mi_round=jnp.zeros(rate.shape, bool))
 
@@ -279,7 +290,7 @@ class BBR:
         # (an MI cut short to end a gain phase where it would end per ACK, below, gives no
         # sample: over fewer ticks a tick's bunched ACKs weigh more, and the max filter keeps
         # the high ones)
-        rate_ok = (acked > 0) & (stats.duration_s > 0) & (stats.duration_s >= s.rtprop - 1.5 * tick)
+        rate_ok = (acked > 0) & (stats.duration_s > 0) & ~s.cut
         fall = jnp.nan_to_num(2.0 * (stats.rtt_first_half - stats.rtt_second_half))
         interval = dur + jnp.clip(fall, 0.0, 1e3) + tick
         ack_rate = jnp.clip(jnp.nan_to_num(acked / interval), 0.0, MAX_RATE)
@@ -408,7 +419,7 @@ class BBR:
             rtprop_stamp=rtprop_stamp, cycle_idx=cycle_idx, cycle_stamp=cycle_stamp,
             bw_entries=bw_entries, probe_rtt_done=probe_rtt_done,
             probe_rtt_round_done=round_done, prior_cwnd=prior_cwnd, cwnd=cwnd_new,
-            pacing_rate=rate, pacing_gain=pacing_gain, snd_hist=snd_hist)
+            pacing_rate=rate, pacing_gain=pacing_gain, snd_hist=snd_hist, cut=s.cut)
         # One MI per RTprop estimate (at least one tick; the simulator rounds to ticks), except
         # where a per-ACK sender would leave a PROBE_BW gain phase within the next RTprop
         # (bbr_is_next_cycle_phase checks on every ACK): the 5/4 phase, once it has lasted an
@@ -416,15 +427,24 @@ class BBR:
         # flight is down to one BDP. Checked only at MI ends, the 5/4 phase ran a whole RTprop
         # more (0.25 BDP more queue) and the one-RTprop 3/4 phase could not drain it (see the
         # module docstring for what a lone flow kept queued). The next MI ends where the
-        # flight, growing or falling at (gain x 0.99 - 1) x BtlBw, meets the target.
+        # flight, growing or falling at (gain x 0.99 - 1) x BtlBw, meets the target; the 3/4
+        # phase's MIs end by the phase's RTprop. A cut MI gives no BtlBw sample (above), so
+        # the 5/4 phase cuts its MIs only until it is ``CUT_PHASE_RTPROPS`` old: where the
+        # flight does not reach the target (spare capacity: the link sped up, a flow left) it
+        # goes on in whole MIs, whose samples let BtlBw and the pacing rate grow as a per-ACK
+        # sender's would (cut MI after cut MI had BtlBw frozen, then expired to 0).
         new_g = _gain_of(cycle_idx)
         in_bw = mode == PROBE_BW
+        age = now - cycle_stamp
         excess = jnp.maximum(jnp.abs(new_g * (1.0 - p.pacing_margin) - 1.0) * btlbw, 1e-6)
         t_up = (inflight_target(btlbw, rtprop, new_g, cycle_idx) - inflight) / excess
         t_down = (inflight - inflight_target(btlbw, rtprop, 1.0, cycle_idx)) / excess
-        cont = in_bw & (new_g > 1.0) & ~advance & full_length
+        cont = (in_bw & (new_g > 1.0) & (age >= rtprop - 0.5 * tick)
+                & (age < CUT_PHASE_RTPROPS * rtprop))
         mi = jnp.maximum(rtprop, tick)
         mi = jnp.where(cont, jnp.clip(t_up, tick, rtprop), mi)
-        mi = jnp.where(in_bw & (new_g < 1.0), jnp.clip(t_down, tick, rtprop), mi)
+        mi = jnp.where(in_bw & (new_g < 1.0),
+                       jnp.clip(t_down, tick, jnp.maximum(rtprop - age, tick)), mi)
+        new = new.replace(cut=mi < rtprop - 0.5 * tick)
         return new, Decision(rate=rate, cwnd=cwnd_new, mi_s=mi,
                                     mi_round=jnp.zeros(rate.shape, bool))

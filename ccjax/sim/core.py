@@ -789,7 +789,9 @@ def tick_begin(cfg: SimConfig, link: LinkParams, s: SimState, t: jnp.ndarray | N
                           delivered=jnp.where(r.on, r.delivered + ack_b, 0.0),
                           out=jnp.where(r.on, r.out + send, 0.0))
         if cfg.window_sender == "ack-clocked":
-            credit = jnp.where(over & clocked & active, cwnd, credit)
+            # (not where the same tick's reports emptied the flight with ACKs: that sender
+            # sends what those ACKs clock, ``Prr.emptied``)
+            credit = jnp.where(over & clocked & active & ~emptied, cwnd, credit)
     new = SimState(
         t=t + 1, key=key, queue=queue, work=work, qline=qline, aline=aline, stuck=stuck,
         credit=credit,
@@ -846,7 +848,8 @@ def tick_end(cfg: SimConfig, s: SimState, p: Pending, new_cc: Any, new_dec: Deci
         new = new.replace(prr=r.replace(
             on=jnp.where(enter, True, jnp.where(leave, False, r.on)),
             held=jnp.where(enter | leave, False, r.held),
-            # (a timeout restarts the flow from one packet with nothing in flight)
+            # (a window at the floor, a timeout's or a sender's that waits for its timer,
+            # restarts from nothing in flight: with the flag it could not send)
             emptied=jnp.where(window & (new_cwnd <= cfg.min_cwnd), False, r.emptied),
             since=jnp.where(enter, part.t.astype(jnp.float32), r.since),
             delivered=jnp.where(enter, 0.0, r.delivered), out=jnp.where(enter, 0.0, r.out),
