@@ -412,14 +412,6 @@ class BBR:
         cwnd_new = jnp.where(mode == PROBE_RTT, CWND_MIN_PKTS * MSS, cwnd_new)
         delivered = jnp.minimum(s.delivered + acked, p.init_cwnd_pkts * MSS)
 
-        new = BBRState(
-            mode=mode, clock=now, bw_ring=ring, bw_rounds=bw_rounds, rounds=rounds,
-            round_left=round_left, app_left=app_left, delivered=delivered, full_bw=full_bw,
-            full_bw_cnt=full_bw_cnt, full_bw_reached=reached, rtprop=rtprop,
-            rtprop_stamp=rtprop_stamp, cycle_idx=cycle_idx, cycle_stamp=cycle_stamp,
-            bw_entries=bw_entries, probe_rtt_done=probe_rtt_done,
-            probe_rtt_round_done=round_done, prior_cwnd=prior_cwnd, cwnd=cwnd_new,
-            pacing_rate=rate, pacing_gain=pacing_gain, snd_hist=snd_hist, cut=s.cut)
         # One MI per RTprop estimate (at least one tick; the simulator rounds to ticks), except
         # where a per-ACK sender would leave a PROBE_BW gain phase within the next RTprop
         # (bbr_is_next_cycle_phase checks on every ACK): the 5/4 phase, once it has lasted an
@@ -445,6 +437,14 @@ class BBR:
         mi = jnp.where(cont, jnp.clip(t_up, tick, rtprop), mi)
         mi = jnp.where(in_bw & (new_g < 1.0),
                        jnp.clip(t_down, tick, jnp.maximum(rtprop - age, tick)), mi)
-        new = new.replace(cut=mi < rtprop - 0.5 * tick)
+        new = BBRState(
+            mode=mode, clock=now, bw_ring=ring, bw_rounds=bw_rounds, rounds=rounds,
+            round_left=round_left, app_left=app_left, delivered=delivered, full_bw=full_bw,
+            full_bw_cnt=full_bw_cnt, full_bw_reached=reached, rtprop=rtprop,
+            rtprop_stamp=rtprop_stamp, cycle_idx=cycle_idx, cycle_stamp=cycle_stamp,
+            bw_entries=bw_entries, probe_rtt_done=probe_rtt_done,
+            probe_rtt_round_done=round_done, prior_cwnd=prior_cwnd, cwnd=cwnd_new,
+            pacing_rate=rate, pacing_gain=pacing_gain, snd_hist=snd_hist,
+            cut=mi < rtprop - 0.5 * tick)
         return new, Decision(rate=rate, cwnd=cwnd_new, mi_s=mi,
                                     mi_round=jnp.zeros(rate.shape, bool))
