@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -129,9 +130,13 @@ def simulate(
     window_sender: str = "paced",
     retx_loss: bool = False,
     recovery: str = "cut",
+    preference: Sequence[float] | None = None,
 ) -> RunResult:
     """Simulate a batch of links, every flow driven by controller ``cc`` (one name, or one per
-    flow), for ``duration_s`` seconds; returns the run with per-interval series, each
+    flow: a controller's, a shipped model's such as ``mocc``, or a policy directory, each as
+    ``ccjax.evaluate.resolve_method`` takes it; ``preference`` replaces the policies' own
+    w_thr,w_lat,w_loss; a policy flow starts at ten packets per base RTT), for ``duration_s``
+    seconds; returns the run with per-interval series, each
     ``series_interval_s`` long (default 0.1 s, or the whole run if it is shorter; an explicit
     value longer than the run is an error, not shortened). ``tick_s`` is the longest tick: a
     controller that needs a finer one (Copa, ``ccjax.sim.resolution``) gets it, and the run's
@@ -160,7 +165,13 @@ def simulate(
     names = [cc] if isinstance(cc, str) else list(cc)
     names = _pad(names, n_real, n_flows, "cc")
     distinct = sorted(set(names))
-    members = [get_controller(n) for n in distinct]
+    from ccjax.cc.policy import PolicyController
+
+    members = [resolve_cc(n, preference) for n in distinct]
+    if preference is not None and not any(isinstance(c, PolicyController) for c in members):
+        raise ConfigError(f"preference={list(preference)} is invalid with cc "
+                          f"{','.join(distinct)}: it is for learned policies (a shipped model or "
+                          "a policy directory), and no flow runs one")
     rates = [rate_mbps] if isinstance(rate_mbps, int | float | str) else list(rate_mbps)
     for r in rates:  # a bool is an int to Python, a string is no rate: neither is taken as one
         require(isinstance(r, int | float | np.integer | np.floating) and not isinstance(r, bool),
@@ -196,6 +207,30 @@ def simulate(
         params = MixParams(index=jnp.asarray([distinct.index(n) for n in names], jnp.int32),
                            members=tuple(member_params))
     return _run_planned(cfg, batch, controller, params, duration_s, seed, series_interval_s)
+
+
+def resolve_cc(name: str, preference: Sequence[float] | None) -> Controller:
+    """The controller a flow's name stands for: a registered controller, or a learned policy
+    (a shipped model or a policy directory)."""
+    if not isinstance(name, str):
+        raise ConfigError(f"cc={name!r} is invalid: a controller's name, a shipped model's name "
+                          "or a policy directory")
+    from ccjax.cc.registry import CONTROLLERS
+
+    if name in CONTROLLERS:
+        return get_controller(name)
+    from ccjax.evaluate import resolve_method
+    from ccjax.models import model_names
+
+    try:
+        return resolve_method(name, preference).controller
+    except ConfigError:
+        if Path(name).exists() or name in model_names():
+            raise  # a policy that is there but cannot be loaded: say why
+        raise ConfigError(
+            f"cc={name!r} is invalid: known controllers are {', '.join(sorted(CONTROLLERS))}; "
+            f"shipped models are {', '.join(model_names()) or 'none'}; or give a policy "
+            "directory") from None
 
 
 def _run_planned(cfg, batch, controller: Controller, params: Any, duration_s: float, seed: int,

@@ -130,7 +130,11 @@ def _add_simulate(sub) -> None:
     p.add_argument("--scenario", help="a preset name (see `ccjax scenarios`) or a TOML path;"
                    " without it an explicit dumbbell is built from the flags")
     p.add_argument("--cc", type=_names_of("cc"), default=["const"],
-                   help="controller, or one per flow, comma-separated (default const)")
+                   help="controller, or one per flow, comma-separated (default const): a "
+                   "controller's name, a shipped model's (`ccjax models`) or a policy directory")
+    p.add_argument("--preference", type=_floats("preference"), default=None,
+                   help="w_thr,w_lat,w_loss the learned policies among --cc run at (default: "
+                   "each model's own)")
     p.add_argument("--rate-mbps", type=_floats("rate_mbps"), default=None,
                    help="sending rate of const flows, one or one per flow (default 8)")
     p.add_argument("--flows", type=int, default=None, help="number of flows (default 2)")
@@ -257,12 +261,12 @@ def _links_for(args):
         trace_name=args.trace or "trace", handshake=bool(args.handshake),
         access_ms=args.access_ms,
         jitter_ms=0.0 if args.jitter_ms is None else args.jitter_ms)
-    from ccjax.cc.registry import get_controller
+    from ccjax.api import resolve_cc
     from ccjax.sim.resolution import resolve_tick
 
     # the tick the run will use: Copa refines --tick-ms in the packet model (sim.resolution)
-    tick_ms = 1e3 * resolve_tick(args.tick_ms * 1e-3, [get_controller(n) for n in set(args.cc)],
-                                 [spec], args.model)
+    ctls = [resolve_cc(n, args.preference) for n in sorted(set(args.cc))]
+    tick_ms = 1e3 * resolve_tick(args.tick_ms * 1e-3, ctls, [spec], args.model)
     _check_duration(duration, tick_ms)
     for r in rtts:
         _check_rtt(r, tick_ms, args.tick_ms, default=args.rtt_ms is None)
@@ -309,7 +313,7 @@ def cmd_simulate(args) -> int:
                    tick_s=args.tick_ms * 1e-3,
                    max_flows=args.max_flows if args.max_flows is not None else max_flows,
                    window_sender=args.window_sender, retx_loss=args.retx_loss,
-                   recovery=args.recovery)
+                   recovery=args.recovery, preference=args.preference)
     summaries = [res.summary(i) for i in range(len(specs))]
     for s in summaries:
         for i, f in enumerate(s["flows"]):
@@ -774,7 +778,8 @@ def _add_eval(sub) -> None:
         "links of utilization, latency ratio, p95 one-way delay, loss, MOCC reward w^T O and "
         "throughput (definitions: ccjax.evaluate).")
     e.add_argument("--model", type=_names_of("model"), default=[],
-                   help="policy directories (holding policy.json), comma-separated")
+                   help="shipped models (`ccjax models`: mocc) or policy directories (holding "
+                   "policy.json), comma-separated")
     e.add_argument("--cc", type=_names_of("cc"), default=[],
                    help="classic controllers by name, comma-separated (e.g. cubic,bbr)")
     e.add_argument("--scenario", default="mocc-test",
@@ -826,7 +831,7 @@ def cmd_eval(args) -> int:
 
         pref = [float(x) for x in check_preference(pref)]
     methods = ([resolve_method(m, pref, kind="policy") for m in args.model]
-               + [resolve_method(c, kind="controller") for c in args.cc])
+               + [resolve_method(c, pref, kind="controller") for c in args.cc])
     res = evaluate(methods, args.scenario, args.links, seed=args.seed,
                    duration_s=args.duration_s, preference=pref, model=args.sim_model,
                    tick_s=args.tick_ms * 1e-3,
@@ -1060,6 +1065,35 @@ def cmd_scenarios(args) -> int:
     return 0
 
 
+def cmd_models(args) -> int:
+    from ccjax.models import shipped_models
+
+    models = shipped_models()
+    if args.json:
+        print(json.dumps({n: m.card for n, m in models.items()}))
+        return 0
+    for n, m in models.items():
+        c = m.card
+        t = c["trained"]
+        print(f"{n}: {c['summary']}")
+        print(f"  algorithm {c['algo']}; runs at w = {','.join(f'{x:g}' for x in c['preference'])}"
+              " unless --preference says otherwise")
+        print(f"  trained {t.get('date', '?')} on {t.get('machine', '?')} in "
+              f"{t.get('train_s', float('nan')):.0f} s of training:")
+        for cmd in c["commands"]:
+            print(f"    {cmd}")
+        s = c["scores"]
+        print(f"  scores ({s['command']}):")
+        for r in s["rows"]:
+            print(f"    w={','.join(f'{x:g}' for x in r['preference'])} {r['method']:>6s}: "
+                  f"utilization {r['utilization']:.3f}, latency ratio {r['latency_ratio']:.3f}, "
+                  f"p95 delay {r['p95_delay_ms']:.1f} ms, loss {r['loss_rate']:.4f}, "
+                  f"reward {r['reward']:.3f}")
+    if not models:
+        print("no shipped models")
+    return 0
+
+
 #: actions meant to be given more than once (append and extend: --set, --filter, --trial), and
 #: --help, which exits at once
 _REPEATABLE = (argparse._AppendAction, argparse._AppendConstAction, argparse._CountAction,
@@ -1153,6 +1187,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "sequential/); default: a temporary directory")
     b.add_argument("--json", action="store_true")
     sub.add_parser("scenarios", help="list scenario presets")
+    m = sub.add_parser(
+        "models", help="list the trained models shipped with ccjax",
+        description="The models that ship inside the package (ccjax/models/): each one's name, "
+        "which works wherever a controller's name or a policy directory does (ccjax eval "
+        "--model NAME, ccjax simulate --cc NAME), how it was trained and what it scores.")
+    m.add_argument("--json", action="store_true", help="print every model's card as JSON")
     nb = sub.add_parser(
         "ns3-bundle", help="copy the ns-3 dumbbell with its libraries, for a machine without "
         "ns-3", description="Build sims/ns3/dumbbell.cc (needs libns3-dev here) and copy it with "
@@ -1190,6 +1230,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_bench(args)
         if args.command == "scenarios":
             return cmd_scenarios(args)
+        if args.command == "models":
+            return cmd_models(args)
         if args.command == "ns3-bundle":
             from ccjax import ns3
 

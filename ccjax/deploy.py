@@ -126,9 +126,15 @@ class Policy:
 
 
 def load(path: str | Path) -> Policy:
-    """Read ``policy.npz`` and ``policy.json`` from the directory ``path``. Raises
-    ``FileNotFoundError`` for a missing file and ``PolicyError`` for invalid contents."""
+    """Read ``policy.npz`` and ``policy.json`` from the directory ``path``, or of the model
+    shipped with ccjax under that name (``mocc``: ``ccjax models``) where no such directory
+    exists. Raises ``FileNotFoundError`` for a missing file and ``PolicyError`` for invalid
+    contents."""
     d = Path(path)
+    shipped = Path(__file__).resolve().parent / "models" / str(path)
+    named = str(path).replace("-", "_").isidentifier()
+    if not d.exists() and named and (shipped / META_FILE).is_file():
+        d = shipped  # a shipped model's name (a copy of this file alone has none)
     for name in (META_FILE, PARAMS_FILE):
         if not (d / name).is_file():
             raise FileNotFoundError(f"policy {str(d)!r}: {name} is missing (write it with "

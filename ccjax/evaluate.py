@@ -117,31 +117,42 @@ class EvalResult:
 
 def resolve_method(name: str | os.PathLike, preference: Sequence[float] | None = None,
                    kind: str | None = None) -> Method:
-    """A controller name (``cubic``, ``bbr``, ...) or a policy directory (holding
-    ``policy.json``; the file's own path works too). With ``kind=None`` names win over
-    directories (give ``./cubic`` for a directory called ``cubic``); ``kind="controller"`` or
-    ``"policy"`` accepts only that kind. ``preference`` replaces a model's own."""
+    """A controller name (``cubic``, ``bbr``, ...), a shipped model's name (``mocc``; see
+    ``ccjax models`` and ``ccjax.models``) or a policy directory (holding ``policy.json``; the
+    file's own path works too). Names win over directories: controllers first, then shipped
+    models (give ``./cubic`` or ``./mocc`` for a directory of that name). ``kind="controller"``
+    accepts controller and shipped model names, ``kind="policy"`` shipped models and
+    directories. ``preference`` replaces a model's own."""
     from ccjax.envs.build import check_preference
+    from ccjax.models import model_names, shipped_model
 
     require(kind in (None, "controller", "policy"), "kind", kind, "controller or policy")
     label = os.fspath(name)
     known = ", ".join(sorted(CONTROLLERS))
+    shipped = shipped_model(label) if label not in CONTROLLERS else None
     if kind != "policy" and label in CONTROLLERS:
         return Method(label, CONTROLLERS[label], "controller", None)
-    if kind == "controller":
-        raise ConfigError(f"cc={label!r} is invalid: known controllers are {known}")
-    p = Path(label)
-    if p.name == "policy.json" and p.is_file():
-        p = p.parent
-    if not (p.is_dir() and (p / "policy.json").is_file()):
-        what = "" if kind == "policy" else f"neither a controller ({known}) nor "
-        raise ConfigError(f"{'model' if kind else 'method'}={label!r} is invalid: {what}"
-                          "a directory holding policy.json")
+    if kind == "controller" and shipped is None:
+        raise ConfigError(f"cc={label!r} is invalid: known controllers are {known}; shipped "
+                          f"models are {', '.join(model_names()) or 'none'}")
+    if shipped is not None:
+        p = shipped.path
+    else:
+        p = Path(label)
+        if p.name == "policy.json" and p.is_file():
+            p = p.parent
+        if not (p.is_dir() and (p / "policy.json").is_file()):
+            what = "" if kind == "policy" else f"neither a controller ({known}) nor "
+            models = ", ".join(model_names()) or "none"
+            raise ConfigError(f"{'model' if kind else 'method'}={label!r} is invalid: {what}"
+                              f"a shipped model ({models}) nor a directory holding policy.json")
     w = None if preference is None else check_preference(preference)
     pc = load_policy_controller(p, w)
     if pc.pref_dim and pc.preference is None:
         raise ConfigError(f"preference=None is invalid for {label!r}: the model stores no "
                           "preference; pass one (w_thr,w_lat,w_loss)")
+    # named for the caller's label, so two policies on one link are two members of a Mix
+    pc = dataclasses.replace(pc, name=label)
     return Method(label, pc, "policy", pc.preference if pc.pref_dim else None)
 
 
