@@ -25,7 +25,7 @@ import numpy as np
 from ccjax.api import link_from_flags, run_controller, simulate
 from ccjax.cc.registry import get_controller
 
-#: the default scenario of ``ccjax simulate`` (README): 2 flows over 12 Mbps, 40 ms RTT
+#: the default scenario of ``ccjax simulate`` (the guide): 2 flows over 12 Mbps, 40 ms RTT
 DEFAULT_LINK = dict(flows=2, bw_mbps=12.0, rtt_ms=(40.0,), start_s=(0.0, 5.0))
 DEFAULT_RATE_MBPS = 8.0
 #: the controller workload: 4 CUBIC flows over the default 12 Mbps / 40 ms link, 1-BDP buffer

@@ -910,11 +910,11 @@ def test_a_runs_json_holds_its_stop_times_and_scores_as_with_them_given(capsys):
 
 
 def test_series_count_each_slots_packets_when_they_left(capsys):
-    """README and ``sim.run.summarize``: a slot counts the packets that left the bottleneck in
-    it, a packet group at its last byte, so a slot can exceed the capacity by up to one group
-    and a neighbour is lower by as much; the running total never exceeds the capacity offered
-    so far, and the series' mean is the run's utilization. (15 Mbps into 12: a backlog all
-    run; a tick's pacer sends at most 2 x 1875 + 1500 bytes, three packets.)"""
+    """The guide (simulating.md) and ``sim.run.summarize``: a slot counts the packets that left
+    the bottleneck in it, a packet group at its last byte, so a slot can exceed the capacity by
+    up to one group and a neighbour is lower by as much; the running total never exceeds the
+    capacity offered so far, and the series' mean is the run's utilization. (15 Mbps into 12: a
+    backlog all run; a tick's pacer sends at most 2 x 1875 + 1500 bytes, three packets.)"""
     code, out, _ = _run(capsys, "simulate", "--json", "--cc", "const", "--rate-mbps", "15",
                         "--flows", "1", "--duration-s", "2")
     assert code == 0
@@ -928,5 +928,5 @@ def test_series_count_each_slots_packets_when_they_left(capsys):
     group = 3 * 1500 / cap_slot
     assert util.max() <= 1.0 + group + 1e-5
     # the documented overshoot is there (counting each byte when it left would end it; then
-    # README's description of the series and this test change with it)
+    # the guide's description of the series and this test change with it)
     assert util.max() > 1.0

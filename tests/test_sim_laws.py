@@ -71,7 +71,7 @@ def test_least_rtt_carries_the_whole_transmission_in_packets_and_up_to_a_tick_in
     assert summary_metrics(s)["latency_ratio"] == pytest.approx(1.0, abs=1e-4)
     if model == "packet":
         # the tick's delay holds max(T - 1, 0) = 3 ms of the transmission, and the RTT adds the
-        # last tick (ns-3's queue sojourn is 0 here: a difference the README names)
+        # last tick (ns-3's queue sojourn is 0 here: a difference the guide names)
         assert s["link"]["mean_queue_delay_ms"] == pytest.approx(3.0, abs=1e-3)
 
 

@@ -15,7 +15,7 @@ from jax.scipy.special import ndtri
 
 #: inversion steps: a draw below this is exact. Each step is a few multiply-adds on every flow
 #: of every link, twice a tick, so this count sets much of the packet model's cost: 8 rather
-#: than 24 made the ACK-clocked validation runs about a fifth faster (README, "Speed").
+#: than 24 made the ACK-clocked validation runs about a fifth faster (docs/guide/speed.md).
 K_MAX = 8
 
 
