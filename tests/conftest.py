@@ -27,8 +27,9 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 # Longest files first: under `pytest -n 2 --dist loadfile` a file runs whole on one worker, so a
 # long file collected last (the ns-3 cross-validation) would leave the other worker idle at the
 # end. A stable sort keeps each file's own order.
-_LONGEST_FIRST = ("test_ns3_validation.py", "test_sweep_ray.py", "test_adapt.py",
-                  "test_train.py", "test_sweep.py", "test_ppo.py", "test_mix_and_devices.py")
+_LONGEST_FIRST = ("test_ns3_validation.py", "test_docs.py", "test_notebooks.py",
+                  "test_sweep_ray.py", "test_adapt.py", "test_train.py", "test_sweep.py",
+                  "test_ppo.py", "test_models.py", "test_mix_and_devices.py")
 
 
 def pytest_collection_modifyitems(items):
