@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from ccjax.cli import build_parser
+from ccjax.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 GUIDE = sorted((ROOT / "docs" / "guide").glob("*.md"))
-CCJAX = [sys.executable, "-m", "ccjax.cli"]
 
 #: per subcommand, what the tour's run changes to be short: a flag's value replaced where the
 #: command gives it, appended where it does not; ``--set`` items appended
@@ -115,10 +114,12 @@ def test_the_guides_links_lead_to_files():
 
 
 @pytest.mark.slow
-def test_the_readme_tour_runs_as_written(tmp_path):
+def test_the_readme_tour_runs_as_written(tmp_path, monkeypatch, capsys):
     """Each command of the tour, in order, in a fresh folder (later commands read what earlier
     ones wrote), shortened by ``SHORT``; a shell line that is not ccjax (the trace's writer)
-    runs as it is."""
+    runs as it is. The ccjax commands run in this process (``ccjax.cli.main``, as the
+    ``ccjax`` script calls it), so their compiled programs are shared."""
+    monkeypatch.chdir(tmp_path)
     ran = 0
     for line in _fenced(_tour()):
         if not line or line.startswith(("┃", "│", "link:", "sweep ", "batch ", "prefeval ",
@@ -135,9 +136,9 @@ def test_the_readme_tour_runs_as_written(tmp_path):
             build_parser().parse_args(argv[1:])
             continue
         argv = _shorten(argv)
-        r = subprocess.run(CCJAX + argv[1:], cwd=tmp_path, capture_output=True, text=True,
-                           timeout=900)
-        assert r.returncode == 0, (shlex.join(argv), r.stdout[-2000:], r.stderr[-2000:])
+        code = main(argv[1:])
+        out, err = capsys.readouterr()
+        assert code == 0, (shlex.join(argv), out[-2000:], err[-2000:])
         ran += 1
     assert ran >= 9
     assert (tmp_path / "out" / "pareto.png").is_file()
