@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import shutil
 import sys
@@ -69,8 +70,6 @@ def _machine() -> str:
                 break
     except OSError:
         pass
-    import os
-
     return f"{os.cpu_count()}-core {cpu}, JAX on the CPU"
 
 

@@ -61,19 +61,20 @@ def _read_card(folder: Path) -> dict[str, Any]:
     return card
 
 
+def _folders() -> list[Path]:
+    """The folders of ``MODELS_DIR`` that are shipped models, in name order."""
+    return sorted(p for p in MODELS_DIR.iterdir()
+                  if p.is_dir() and _NAME.match(p.name) and (p / CARD_FILE).is_file())
+
+
 def shipped_models() -> dict[str, ShippedModel]:
     """Every shipped model by name, in name order: each folder of ``MODELS_DIR`` that holds a
     policy and a card."""
-    out: dict[str, ShippedModel] = {}
-    for folder in sorted(MODELS_DIR.iterdir()):
-        if folder.is_dir() and _NAME.match(folder.name) and (folder / CARD_FILE).is_file():
-            out[folder.name] = ShippedModel(folder.name, folder, _read_card(folder))
-    return out
+    return {f.name: ShippedModel(f.name, f, _read_card(f)) for f in _folders()}
 
 
 def model_names() -> list[str]:
-    return sorted(p.name for p in MODELS_DIR.iterdir()
-                  if p.is_dir() and _NAME.match(p.name) and (p / CARD_FILE).is_file())
+    return [f.name for f in _folders()]
 
 
 def shipped_model(name: str) -> ShippedModel | None:
