@@ -4,7 +4,8 @@ schedule, each value with its source in the file.
 A preset has four tables, every key checked (an unknown key or a value of the wrong type is a
 one-line ``ConfigError`` before anything is traced):
 
-* ``[agent]``  static configuration of the learner (network sizes, epochs, minibatches);
+* ``[agent]``  static configuration of the learner: ``kind`` (``ccjax.agents.registry``: ppo,
+  envelope) and the keys that kind reads (network sizes, epochs, minibatches, replay);
 * ``[hyper]``  dynamic hyperparameters (a sweep vmaps over them);
 * ``[env]``    the environment (``ccjax.envs.build.make_single_flow`` arguments);
 * ``[train]``  the batch and the schedule (``ccjax.train``).
@@ -37,7 +38,24 @@ else:  # pragma: no cover - Python 3.10 only
     import tomli as tomllib
 
 _NUM = (int, float)
-_SCHEDULES = ("two-phase", "all-at-once", "fixed")
+_SCHEDULES = ("two-phase", "all-at-once", "fixed", "episode")
+#: agent kinds (``ccjax.agents.registry.KINDS``; listed here so validating a preset imports
+#: no agent module)
+AGENT_KINDS = ("ppo", "envelope")
+#: the [agent] and [hyper] keys each kind reads (its module's AGENT_KEYS/HYPER_KEYS; a test
+#: checks both agree)
+KIND_KEYS: dict[str, dict[str, tuple[str, ...]]] = {
+    "ppo": {"agent": ("hidden", "pn_width", "pref_dim", "n_epochs", "n_minibatches",
+                      "max_grad_norm", "adam_eps", "log_std_bounds", "adv_norm",
+                      "critic_features"),
+            "hyper": ("lr", "clip", "gamma", "lam", "ent_start", "ent_end", "ent_iters",
+                      "vf_coef", "reward_scale")},
+    "envelope": {"agent": ("hidden", "head_width", "pref_dim", "replay_size", "batch_size",
+                           "updates_per_iter", "n_prefs", "n_envelope", "max_grad_norm",
+                           "adam_eps", "critic_features"),
+                 "hyper": ("lr", "gamma", "ent_coef", "lambda_iters", "vf_coef",
+                           "policy_coef", "target_tau")},
+}
 
 
 def _finite_pair(v: list[Any]) -> bool:
@@ -50,9 +68,10 @@ def _finite_pair(v: list[Any]) -> bool:
 #: every key a table may hold, with its type and a check (None: any value of the type)
 SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
     "agent": {
+        "kind": (str, lambda v: v in AGENT_KINDS),
         "hidden": (list, lambda v: len(v) >= 1 and all(isinstance(x, int) and x > 0 for x in v)),
         "pn_width": (int, lambda v: v > 0),
-        "pref_dim": (int, lambda v: v in (0, 3)),
+        "pref_dim": (int, lambda v: v in (0, 2, 3)),
         "n_epochs": (int, lambda v: v >= 1),
         "n_minibatches": (int, lambda v: v >= 1),
         "max_grad_norm": (_NUM, lambda v: v > 0),
@@ -62,6 +81,12 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
                                    and math.isfinite(x) for x in v) and v[0] < v[1]),
         "adv_norm": (str, lambda v: v in ADV_NORMS),
         "critic_features": (bool, None),
+        "head_width": (int, lambda v: v > 0),
+        "replay_size": (int, lambda v: v >= 1),
+        "batch_size": (int, lambda v: v >= 1),
+        "updates_per_iter": (int, lambda v: v >= 1),
+        "n_prefs": (int, lambda v: v >= 1),
+        "n_envelope": (int, lambda v: v >= 1),
     },
     "hyper": {
         "lr": (_NUM, lambda v: v > 0),
@@ -73,6 +98,10 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
         "ent_iters": (_NUM, lambda v: v >= 1),
         "vf_coef": (_NUM, lambda v: v >= 0),
         "reward_scale": (_NUM, lambda v: v > 0),
+        "ent_coef": (_NUM, lambda v: v >= 0),
+        "lambda_iters": (_NUM, lambda v: v >= 1),
+        "policy_coef": (_NUM, lambda v: v >= 0),
+        "target_tau": (_NUM, lambda v: 0 < v <= 1),
     },
     "env": {
         "scenario": (str, None),
@@ -86,8 +115,11 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
         "init_rate": (list, lambda v: _finite_pair(v) and 0 < v[0] <= v[1]),
         "rate_bounds_pkts": (list, lambda v: _finite_pair(v) and 0 < v[0] < v[1]),
         "reward": (str, None),
-        "preference": (list, lambda v: len(v) == 3),
+        "preference": (list, lambda v: len(v) in (2, 3)),
         "log_ratios": (bool, None),
+        "features": (str, lambda v: v in ("mocc", "auto")),
+        "action_map": (str, lambda v: v in ("mocc", "auto")),
+        "mi_min_rtts": (_NUM, lambda v: v > 0),
     },
     "train": {
         "n_envs": (int, lambda v: v >= 2),
@@ -117,9 +149,10 @@ SCHEMA: dict[str, dict[str, tuple[type | tuple[type, ...], Any]]] = {
 #: is missing, so no error says only "in the allowed range")
 _ALLOWED = {
     # agent
+    "kind": ", ".join(AGENT_KINDS),
     "hidden": "a list of positive integers",
     "pn_width": "an integer > 0",
-    "pref_dim": "0 or 3",
+    "pref_dim": "0, or the reward's number of objectives (3 for MOCC, 2 for AUTO)",
     "n_epochs": "an integer >= 1",
     "n_minibatches": "an integer >= 1",
     "max_grad_norm": "a finite number > 0",
@@ -127,6 +160,12 @@ _ALLOWED = {
     "log_std_bounds": "[low, high] with low < high (natural log of the std)",
     "adv_norm": ", ".join(ADV_NORMS),
     "critic_features": "true or false",
+    "head_width": "an integer > 0",
+    "replay_size": "an integer >= 1",
+    "batch_size": "an integer >= 1",
+    "updates_per_iter": "an integer >= 1",
+    "n_prefs": "an integer >= 1",
+    "n_envelope": "an integer >= 1",
     # hyper
     "lr": "a finite number > 0",
     "clip": "a number in (0, 1)",
@@ -137,6 +176,10 @@ _ALLOWED = {
     "ent_iters": "a finite number >= 1",
     "vf_coef": "a finite number >= 0",
     "reward_scale": "a finite number > 0",
+    "ent_coef": "a finite number >= 0",
+    "lambda_iters": "a finite number >= 1",
+    "policy_coef": "a finite number >= 0",
+    "target_tau": "a number in (0, 1] (1: no target network)",
     # env
     "scenario": "a scenario preset name or a TOML path",
     "pool": "an integer >= 1",
@@ -148,9 +191,12 @@ _ALLOWED = {
     "mi_rtts": "a finite number > 0",
     "init_rate": "[low, high] of finite numbers with 0 < low <= high",
     "rate_bounds_pkts": "[min, max] of finite numbers with 0 < min < max",
-    "reward": "a reward's name (a string: mocc or aurora)",
-    "preference": "three weights",
+    "reward": "a reward's name (a string: mocc, aurora or auto)",
+    "preference": "one weight per objective (three for MOCC, two for AUTO)",
     "log_ratios": "true or false",
+    "features": "mocc or auto",
+    "action_map": "mocc or auto",
+    "mi_min_rtts": "a finite number > 0 (MI cap in minimum RTTs; AUTO Eq. 6: 1.5)",
     # train
     "n_envs": "an integer >= 2",
     "n_steps": "an integer >= 1",
@@ -263,6 +309,22 @@ def _check_table(table: str, kv: dict[str, Any], where: str) -> None:
         check_value(table, k, v, where)
 
 
+def agent_kind(agent: dict[str, Any]) -> str:
+    return str(agent.get("kind", AGENT_KINDS[0]))
+
+
+def check_kind_keys(agent: dict[str, Any], hyper: dict[str, Any], where: str) -> None:
+    """Every [agent] and [hyper] key is one the agent's kind reads (``KIND_KEYS``): a key of
+    another algorithm would be recorded as if it had shaped the run."""
+    kind = agent_kind(agent)
+    for table, kv in (("agent", agent), ("hyper", hyper)):
+        allowed = KIND_KEYS[kind][table]
+        for k in kv:
+            if k != "kind" and k not in allowed:
+                raise ConfigError(f"{table}.{k} is invalid in {where} for agent.kind={kind!r}:"
+                                  f" that kind reads {', '.join(allowed)}")
+
+
 def load_algo(name_or_path: str | os.PathLike[str],
               overrides: dict[str, Any] | None = None) -> AlgoConfig:
     """Load a preset by name (``"ppo-mocc"``) or a TOML file by path, then apply
@@ -299,7 +361,9 @@ def load_algo(name_or_path: str | os.PathLike[str],
             raise ConfigError(f"override {dotted!r} is invalid: use table.key with table one of "
                               f"{', '.join(SCHEMA)}")
         tables[t][k] = check_value(t, k, v, "overrides")
-    check_minibatches(tables["agent"], tables["train"])
+    check_kind_keys(tables["agent"], tables["hyper"], where)
+    if agent_kind(tables["agent"]) == "ppo":
+        check_minibatches(tables["agent"], tables["train"])
     return AlgoConfig(name=str(data.get("name", path.stem)), agent=tables["agent"],
                       hyper=tables["hyper"], env=tables["env"], train=tables["train"],
                       description=str(data.get("description", "")),

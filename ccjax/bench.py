@@ -191,7 +191,7 @@ def bench_train(algo: str = "ppo-mocc", n_envs: int = 1024, iters: int = 20,
     cfg = load_algo(algo, {**(overrides or {}), "train.n_envs": n_envs})
     s = build(cfg, seed)
     key = jax.random.PRNGKey(seed)
-    state = s.agent.init(key, s.env.obs_dim, s.env.action_dim, s.hyper)
+    state = s.agent.init(key, s.env.spec, s.hyper)
     runner = init_runner(s.venv, s.agent, state, s.params, jax.random.fold_in(key, 1))
     prefs = jnp.asarray(np.broadcast_to(spread(simplex_grid(0.1), n_envs), (iters, n_envs, 3)))
     n_steps = cfg.train.get("n_steps", 32)

@@ -381,35 +381,34 @@ def test_bad_inputs_raise_config_error(kw, match):
         make_single_flow(**kw)
 
 
-def test_critic_features_extend_the_observation_not_the_policy():
-    """``critic_features`` appends link facts after MOCC's state; the actor reads only MOCC's
-    state (same parameters, same actions), the critic reads everything."""
+def test_critic_features_are_the_critics_own_input():
+    """``critic_features`` gives the critic link facts as its own input (``critic_obs``,
+    ``Trajectory.critic``); the actor's observation is MOCC's state either way."""
     from ccjax.agents.ppo import PPO
     from ccjax.envs.single_flow import N_CRITIC
 
     env, params = make_single_flow(links=[LINK], episode_len=60, tick_s=TICK,
                                    critic_features=True)
     plain, _ = make_single_flow(links=[LINK], episode_len=60, tick_s=TICK)
-    assert env.actor_obs_dim == plain.obs_dim == 33
-    assert env.obs_dim == 33 + N_CRITIC
+    assert env.obs_dim == plain.obs_dim == 33
+    assert env.spec.critic_dim == N_CRITIC and plain.spec.critic_dim == 0
     obs, st = env.reset(jax.random.PRNGKey(0), params)
     obs_p, _ = plain.reset(jax.random.PRNGKey(0), params)
-    np.testing.assert_array_equal(np.asarray(obs[:33]), np.asarray(obs_p))
-    facts = np.asarray(obs[33:])
+    np.testing.assert_array_equal(np.asarray(obs), np.asarray(obs_p))
+    facts = np.asarray(env.critic_obs(st, params))
     cap = mbps_to_bytes_per_s(LINK.bandwidth_mbps[0])
     assert facts[0] == pytest.approx(np.log(float(st.rate) / cap), abs=1e-4)  # rate / capacity
     assert facts[-1] == pytest.approx(1.0)  # the whole episode left
     for _ in range(5):
-        obs, st, *_ = env.step(jax.random.PRNGKey(1), st, jnp.ones(1), params)
-    assert float(obs[-1]) == pytest.approx(1.0 - 5 / 60)
-    assert np.all(np.isfinite(np.asarray(obs)))
+        obs, st, _, _, info = env.step(jax.random.PRNGKey(1), st, jnp.ones(1), params)
+    facts = env.critic_obs(st, params)
+    assert float(facts[-1]) == pytest.approx(1.0 - 5 / 60)
+    np.testing.assert_array_equal(np.asarray(info.next_critic), np.asarray(facts))
+    assert np.all(np.isfinite(np.asarray(facts)))
 
-    agent = PPO(actor_obs_dim=env.actor_obs_dim)
-    state = agent.init(jax.random.PRNGKey(0), env.obs_dim)
-    ref = PPO().policy(state.actor, obs[None, :33]).mean()
-    np.testing.assert_allclose(np.asarray(agent.policy(state.actor, obs[None]).mean()),
-                               np.asarray(ref), rtol=1e-6)
+    agent = PPO()
+    state = agent.init(jax.random.PRNGKey(0), env.spec)
     # the critic sees the facts: changing them changes V
-    v1 = agent.critic_net.apply(state.critic, obs[None])
-    v2 = agent.critic_net.apply(state.critic, obs.at[-1].set(0.0)[None])
+    v1 = agent.value(state.critic, obs[None], facts[None])
+    v2 = agent.value(state.critic, obs[None], facts.at[-1].set(0.0)[None])
     assert float(v1[0]) != float(v2[0])

@@ -11,20 +11,39 @@ import pytest
 from ccjax.agents.base import Trajectory
 from ccjax.agents.drivers import init_runner, make_chunk, rollout
 from ccjax.agents.ppo import PPO, PPOAux, PPOHyper, with_anneal
+from ccjax.agents.returns import gae
 from ccjax.algos import load_algo
 from ccjax.envs.build import make_single_flow
 from ccjax.envs.vec import VecEnv
 from ccjax.errors import ConfigError
+from ccjax.envs.spec import ActionSpace, EnvSpec
 from ccjax.sim.link import LinkSpec
+
+
+def spec(obs_dim: int, pref_dim: int = 3) -> EnvSpec:
+    """A one-action, MOCC-objective spec of ``obs_dim`` observation values."""
+    return EnvSpec(obs_dim=obs_dim, critic_dim=0, action=ActionSpace("box", 1), n_objectives=3,
+                   pref_dim=pref_dim, objective_names=("thr", "lat", "loss"))
+
+
+def traj(obs, action, reward, done, valid, aux) -> Trajectory:
+    """A trajectory whose next observations are the following steps' (the last repeats)."""
+    T, N = reward.shape
+    nxt = jnp.concatenate([obs[1:], obs[-1:]], 0)
+    z = jnp.zeros((T, N, 0))
+    return Trajectory(obs=obs, critic=z, action=action, aux=aux, reward=reward,
+                      objectives=jnp.zeros((T, N, 3)), next_obs=nxt, next_critic=z,
+                      terminated=done, truncated=jnp.zeros_like(done), done=done, valid=valid,
+                      info=None)
 
 
 def test_act_shapes_and_determinism():
     agent = PPO()
-    st = agent.init(jax.random.PRNGKey(0), 33)
+    st = agent.init(jax.random.PRNGKey(0), spec(33))
     obs = jax.random.normal(jax.random.PRNGKey(1), (5, 33))
     a1, aux1 = agent.act(st, obs, jax.random.PRNGKey(2), True)
     a2, aux2 = agent.act(st, obs, jax.random.PRNGKey(2), True)
-    assert a1.shape == (5, 1) and aux1.logp.shape == (5,) and aux1.value.shape == (5,)
+    assert a1.shape == (5, 1) and aux1.logp.shape == (5,)
     np.testing.assert_array_equal(a1, a2)
     a3, _ = agent.act(st, obs, jax.random.PRNGKey(3), True)
     assert not np.allclose(a1, a3)
@@ -37,7 +56,7 @@ def test_act_shapes_and_determinism():
     assert not np.allclose(agent.act(st2, obs, None, False)[0],
                            agent.act(st2, obs2, None, False)[0])
     aurora = PPO(hidden=(32, 16), pref_dim=0)
-    sa = aurora.init(jax.random.PRNGKey(0), 30)
+    sa = aurora.init(jax.random.PRNGKey(0), spec(30, 0))
     assert "pn" not in sa.actor["params"]["trunk"]
 
 
@@ -47,7 +66,7 @@ def test_log_std_bounds_hold_the_policy_std():
     obs = jax.random.normal(jax.random.PRNGKey(1), (4, 33))
     for bounds, want in [(None, 5.0), ((-2.0, 0.0), 0.0), ((1.0, 3.0), 3.0)]:
         agent = PPO(log_std_bounds=bounds)
-        st = agent.init(jax.random.PRNGKey(0), 33)
+        st = agent.init(jax.random.PRNGKey(0), spec(33))
         actor = {"params": {**st.actor["params"], "log_std": jnp.full((1,), 5.0)}}
         pi = agent.policy(actor, obs)
         np.testing.assert_allclose(np.log(np.asarray(pi.stddev())), want, rtol=1e-6)
@@ -63,15 +82,14 @@ def test_log_std_past_a_bound_can_come_back():
     after a 400-iteration Aurora run that began at 0, the presets' upper bound, so std 1 for
     the whole run)."""
     agent = PPO(hidden=(8,), pref_dim=0, n_epochs=4, n_minibatches=2, log_std_bounds=(-2.0, 0.0))
-    st = agent.init(jax.random.PRNGKey(0), 4, 1, PPOHyper.make(ent_start=0.0, ent_end=0.0))
+    st = agent.init(jax.random.PRNGKey(0), spec(4, 0), PPOHyper.make(ent_start=0.0, ent_end=0.0))
     st = st.replace(actor={"params": {**st.actor["params"], "log_std": jnp.full((1,), 0.01)}})
     n = 256
     obs = jax.random.normal(jax.random.PRNGKey(1), (1, n, 4))
     action, aux = agent.act(st, obs[0], jax.random.PRNGKey(2), True)
     # one-step episodes rewarding actions near the mean: the update should narrow the policy
-    batch = Trajectory(obs=obs, action=action[None], reward=-jnp.abs(action[None, :, 0]),
-                       done=jnp.ones((1, n), bool), valid=jnp.ones((1, n), bool),
-                       aux=jax.tree.map(lambda x: x[None], aux), info=None, last_obs=obs[0])
+    batch = traj(obs, action[None], -jnp.abs(action[None, :, 0]), jnp.ones((1, n), bool),
+                 jnp.ones((1, n), bool), jax.tree.map(lambda x: x[None], aux))
     new, m = agent.update(st, batch, jax.random.PRNGKey(3))
     log_std = float(new.actor["params"]["log_std"][0])
     assert -2.0 <= log_std < 0.0
@@ -80,7 +98,7 @@ def test_log_std_past_a_bound_can_come_back():
 
 def test_entropy_schedule_is_linear():
     agent = PPO()
-    st = agent.init(jax.random.PRNGKey(0), 33, 1, PPOHyper.make(ent_iters=1000.0))
+    st = agent.init(jax.random.PRNGKey(0), spec(33), PPOHyper.make(ent_iters=1000.0))
     assert float(agent.ent_coef(st)) == pytest.approx(1.0)
     assert float(agent.ent_coef(st.replace(iteration=jnp.int32(500)))) == pytest.approx(0.55)
     assert float(agent.ent_coef(st.replace(iteration=jnp.int32(5000)))) == pytest.approx(0.1)
@@ -90,7 +108,7 @@ def test_linear_anneal_scales_step_size_and_clip():
     """PPO1's schedule='linear': cur_lrmult = max(1 - t / T, 0), counted from anneal_from."""
     agent = PPO()
     h = with_anneal(PPOHyper.make(lr=1e-3, clip=0.2), "linear", 100, 40)
-    st = agent.init(jax.random.PRNGKey(0), 33, 1, h)
+    st = agent.init(jax.random.PRNGKey(0), spec(33), h)
     at = lambda i: float(agent.anneal(st.replace(iteration=jnp.int32(i))))  # noqa: E731
     assert (at(100), at(110), at(139), at(140), at(500)) == pytest.approx(
         (1.0, 0.75, 0.025, 0.0, 0.0))
@@ -100,10 +118,8 @@ def test_linear_anneal_scales_step_size_and_clip():
         with_anneal(h, "cosine", 0, 10)
     # the update steps with the annealed rate: at a quarter of the way, 0.75 x lr
     obs = jax.random.normal(jax.random.PRNGKey(1), (4, 2, 33))
-    batch = Trajectory(obs=obs, action=jnp.zeros((4, 2, 1)), reward=jnp.ones((4, 2)),
-                       done=jnp.zeros((4, 2), bool), valid=jnp.ones((4, 2), bool),
-                       aux=PPOAux(logp=jnp.zeros((4, 2)), value=jnp.zeros((4, 2))),
-                       info=None, last_obs=obs[-1])
+    batch = traj(obs, jnp.zeros((4, 2, 1)), jnp.ones((4, 2)), jnp.zeros((4, 2), bool),
+                 jnp.ones((4, 2), bool), PPOAux(logp=jnp.zeros((4, 2))))
     _, m = agent.update(st.replace(iteration=jnp.int32(110)), batch, jax.random.PRNGKey(2))
     assert float(m.lr) == pytest.approx(0.75e-3)
 
@@ -153,23 +169,32 @@ def test_bad_adv_norm_is_a_config_error():
 
 
 def test_gae_passes_through_steps_without_a_completed_mi():
-    agent = PPO()
     T = 4
     r = jnp.asarray([[1.0], [0.0], [1.0], [1.0]])
     valid = jnp.asarray([[True], [False], [True], [True]])
     v = jnp.asarray([[0.5], [0.5], [0.5], [0.5]])
-    tr = Trajectory(obs=jnp.zeros((T, 1, 1)), action=jnp.zeros((T, 1, 1)),
-                    aux=PPOAux(logp=jnp.zeros((T, 1)), value=v), reward=r,
-                    done=jnp.zeros((T, 1), bool), valid=valid, info=None,
-                    last_obs=jnp.zeros((1, 1)))
-    adv, ret = agent.gae(tr, jnp.asarray([0.5]), 0.9, 1.0)
+    no = jnp.zeros((T, 1), bool)
+    adv, ret = gae(r, v, jnp.full((T, 1), 0.5), no, no, valid, 0.9, 1.0)
     # the invalid step carries step 2's advantage back unchanged; the valid ones discount
     assert float(adv[1, 0]) == pytest.approx(float(adv[2, 0]))
-    full = PPO().gae(tr.replace(reward=r[jnp.asarray([0, 2, 3])],
-                                valid=valid[jnp.asarray([0, 2, 3])],
-                                aux=PPOAux(logp=jnp.zeros((3, 1)), value=v[:3]),
-                                done=jnp.zeros((3, 1), bool)), jnp.asarray([0.5]), 0.9, 1.0)[0]
-    np.testing.assert_allclose(adv[jnp.asarray([0, 2, 3])], full, rtol=1e-6)
+    k = jnp.asarray([0, 2, 3])
+    full = gae(r[k], v[k], jnp.full((3, 1), 0.5), no[:3], no[:3], valid[k], 0.9, 1.0)[0]
+    np.testing.assert_allclose(adv[k], full, rtol=1e-6)
+
+
+def test_gae_bootstraps_a_truncated_episode_not_a_terminated_one():
+    """At a time limit the episode is cut, not over: the return bootstraps from the value of
+    where it stopped (``next_value``); a terminated one has no future. Either way the recursion
+    does not reach into the next episode."""
+    r = jnp.asarray([[1.0], [1.0]])
+    v = jnp.zeros((2, 1))
+    nv = jnp.asarray([[0.0], [10.0]])  # the value at the end of step 1 (the cut)
+    done = jnp.asarray([[False], [True]])
+    ok = jnp.ones((2, 1), bool)
+    trunc = gae(r, v, nv, jnp.zeros_like(done), done, ok, 0.9, 1.0)[0]
+    term = gae(r, v, nv, done, done, ok, 0.9, 1.0)[0]
+    assert float(trunc[1, 0]) == pytest.approx(1.0 + 0.9 * 10.0)
+    assert float(term[1, 0]) == pytest.approx(1.0)
 
 
 def _simple_link():
@@ -197,7 +222,7 @@ def test_ppo_learns_a_fixed_capacity_link():
     venv = VecEnv(env, 64, 20)
     agent = PPO(n_minibatches=4)
     hyper = PPOHyper.make(ent_start=0.01, ent_end=0.01, ent_iters=1.0)
-    st = agent.init(jax.random.PRNGKey(0), env.obs_dim, 1, hyper)
+    st = agent.init(jax.random.PRNGKey(0), env.spec, hyper)
     before = _eval_util(venv, agent, st, params)
     assert before < 0.4
     runner = init_runner(venv, agent, st, params, jax.random.PRNGKey(1))

@@ -332,7 +332,7 @@ def test_batched_trial_equals_the_trial_alone(killed_and_resumed):
     trial = next(t for t in spec.trials if t.seed == 1 and t.cfg.hyper["lr"] < 1)
     s = build(trial.cfg, spec.pool_seed)
     key = jax.random.PRNGKey(trial.seed)
-    state = s.agent.init(jax.random.fold_in(key, 0), s.env.obs_dim, s.env.action_dim, s.hyper)
+    state = s.agent.init(jax.random.fold_in(key, 0), s.env.spec, s.hyper)
     runner = init_runner(s.venv, s.agent, state, s.params, jax.random.fold_in(key, 1))
     prefs = jnp.broadcast_to(jnp.asarray(trial.preference, jnp.float32), (2, s.venv.n, 3))
     chunk = make_chunk(s.venv, s.agent, trial.cfg.train["n_steps"], 2)
@@ -623,7 +623,7 @@ def test_landmark_trial_equals_the_trial_alone(crashed_and_resumed):
     trial = next(t for t in spec.trials if t.seed == 1 and t.cfg.train["landmarks_step"] == 0.25)
     s = build(trial.cfg, spec.pool_seed)
     key = jax.random.PRNGKey(trial.seed)
-    state = s.agent.init(jax.random.fold_in(key, 0), s.env.obs_dim, s.env.action_dim, s.hyper)
+    state = s.agent.init(jax.random.fold_in(key, 0), s.env.spec, s.hyper)
     runner = init_runner(s.venv, s.agent, state, s.params, jax.random.fold_in(key, 1))
     sched = AllAtOnce(8, step=0.25)  # what `ccjax train --schedule all-at-once` feeds its envs
     seg = sched.segment(0, [])

@@ -32,6 +32,7 @@ from ccjax.envs.vec import VecEnv
 class Runner(struct.PyTreeNode):
     env_state: EnvState
     obs: jnp.ndarray
+    critic: jnp.ndarray  # (N, critic_dim) critic-only input of the current state
     action: jnp.ndarray  # action in effect per env
     aux: Any  # its aux
     key: jnp.ndarray
@@ -56,17 +57,23 @@ def init_runner(venv: VecEnv, agent: Agent, agent_state: Any, params: EnvParams,
     k_env, k_act, key = jax.random.split(key, 3)
     obs, st = venv.reset(k_env, params)
     action, aux = agent.act(agent_state, obs, k_act, True)
-    return Runner(env_state=st, obs=obs, action=action, aux=aux, key=key)
+    return Runner(env_state=st, obs=obs, critic=venv.critic_obs(st, params), action=action,
+                  aux=aux, key=key)
 
 
 def hold_during_mi(r: Runner, new_action: Any, new_aux: Any) -> tuple[Any, Any]:
     """The action (and its log-prob and value) each environment acts on: the new one where an
     MI starts, the one it started with where its MI is still running (a tick budget cut the
     last step), so the transition that ends the MI carries the action that made it."""
-    start = ~r.env_state.mid
-    pick = lambda n, o: jnp.where(  # noqa: E731
-        start.reshape(start.shape + (1,) * (n.ndim - 1)), n, o)
-    return pick(new_action, r.action), jax.tree.map(pick, new_aux, r.aux)
+    return hold(~r.env_state.mid, new_action, r.action), jax.tree.map(
+        lambda n, o: hold(~r.env_state.mid, n, o), new_aux, r.aux)
+
+
+def hold(start: jnp.ndarray, new: jnp.ndarray, old: jnp.ndarray) -> jnp.ndarray:
+    """``new`` where ``start``, else ``old``; ``start`` has the leading axes of the leaves (an
+    environment axis, and a flow axis in a multi-flow environment) and is broadcast over the
+    rest. (Padding by ``new.ndim - 1`` axes assumed a 1-D mask and misaligned a flow axis.)"""
+    return jnp.where(start.reshape(start.shape + (1,) * (new.ndim - start.ndim)), new, old)
 
 
 def split_step_key(key: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
@@ -96,13 +103,17 @@ def scan_rollout(venv: VecEnv, runner: Runner, params: EnvParams, n_steps: int, 
         new_a, new_aux = choose(r, k_act)
         action, aux = hold_during_mi(r, new_a, new_aux)
         obs, st, reward, done, info = venv.step(k_env, r.env_state, action, params)
-        tr = (r.obs, action, aux, reward, done, info.valid, info)
-        return Runner(env_state=st, obs=obs, action=action, aux=aux, key=key), tr
+        critic = venv.critic_obs(st, params)
+        term = jnp.asarray(info.terminated, bool) & done
+        tr = Trajectory(obs=r.obs, critic=r.critic, action=action, aux=aux, reward=reward,
+                        objectives=info.objectives, next_obs=info.next_obs,
+                        next_critic=info.next_critic, terminated=term, truncated=done & ~term,
+                        done=done, valid=info.valid,
+                        info=info.replace(next_obs=(), next_critic=()))
+        return Runner(env_state=st, obs=obs, critic=critic, action=action, aux=aux,
+                      key=key), tr
 
-    runner, (o, a, aux, rew, done, valid, info) = jax.lax.scan(body, runner, None,
-                                                               length=n_steps)
-    return runner, Trajectory(obs=o, action=a, aux=aux, reward=rew, done=done, valid=valid,
-                              info=info, last_obs=runner.obs)
+    return jax.lax.scan(body, runner, None, length=n_steps)
 
 
 def rollout(venv: VecEnv, agent: Agent, agent_state: Any, runner: Runner, params: EnvParams,
@@ -127,11 +138,23 @@ def rollout_stats(tr: Trajectory) -> RolloutStats:
         env_valid=w.sum(0))
 
 
+def set_preference(venv: VecEnv, runner: Runner, params: EnvParams, pref: jnp.ndarray
+                   ) -> Runner:
+    """The runner with its observations' preference (their first ``pref_dim`` values, MOCC
+    §3.1) set to ``pref`` for the iteration, unless episodes draw their own."""
+    k = venv.spec.pref_dim
+    if not k:
+        return runner
+    new = runner.obs.at[:, :k].set(jnp.broadcast_to(pref, runner.obs[:, :k].shape))
+    return runner.replace(obs=jnp.where(jnp.asarray(params.pref_draw), runner.obs, new))
+
+
 def make_chunk(venv: VecEnv, agent: Agent, n_steps: int, n_iters: int):
     """A jitted ``chunk(agent_state, runner, params, prefs) -> (agent_state, runner, (metrics,
     stats))`` doing ``n_iters`` iterations; metrics and stats have a leading iteration axis.
-    ``prefs`` (n_iters, N, 3) gives every environment's preference in every iteration, which is
-    how landmark schedules and requirement replay (ccjax.train) drive one compiled program."""
+    ``prefs`` (n_iters, N, K) gives every environment's preference in every iteration, which is
+    how landmark schedules and requirement replay (ccjax.train) drive one compiled program
+    (ignored where the parameters draw one per episode, ``EnvParams.pref_draw``)."""
     return jax.jit(_chunk(venv, agent, n_steps, n_iters))
 
 
@@ -140,9 +163,7 @@ def _chunk(venv: VecEnv, agent: Agent, n_steps: int, n_iters: int):
 
     def iteration(carry, pref):
         agent_state, runner, params = carry
-        if venv.env.use_pref:  # the observation carries the preference (MOCC 3.1): refresh it
-            runner = runner.replace(obs=runner.obs.at[:, :3].set(
-                jnp.broadcast_to(pref, runner.obs[:, :3].shape)))
+        runner = set_preference(venv, runner, params, pref)
         runner, tr = rollout(venv, agent, agent_state, runner, params.replace(pref=pref),
                              n_steps)
         key, k_upd = jax.random.split(runner.key)

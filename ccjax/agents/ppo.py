@@ -1,8 +1,8 @@
 """PPO with a preference-conditioned actor and critic: MOCC's learner (MOCC §3.2, Eq. 3-5).
 
 Reads top to bottom: configuration (static) and hyperparameters (dynamic, so a sweep vmaps
-over them), ``init``, ``act``, GAE with the ``valid`` mask, the clipped surrogate with the
-entropy bonus, and ``update``. Aurora is the same learner without the preference input
+over them), ``init``, ``act``, the clipped surrogate with the entropy bonus, and ``update``
+(GAE with the ``valid`` mask is ``ccjax.agents.returns.gae``). Aurora is the same learner without the preference input
 (``pref_dim = 0``) and with Aurora's reward in the environment.
 """
 
@@ -19,7 +19,9 @@ from flax import struct
 
 from ccjax.agents.base import Trajectory
 from ccjax.agents.networks import Critic, GaussianActor
-from ccjax.algos import ADV_NORMS, ANNEAL_MODES
+from ccjax.agents.returns import gae
+from ccjax.algos import ADV_NORMS, ANNEAL_MODES, KIND_KEYS
+from ccjax.envs.spec import EnvSpec
 from ccjax.errors import ConfigError
 
 
@@ -71,8 +73,11 @@ class PPOState(struct.PyTreeNode):
 
 
 class PPOAux(struct.PyTreeNode):
+    """The log-probability of the action when it was chosen. (The critic's values are computed
+    in ``update`` from the trajectory: the parameters have not changed since ``act``, so they
+    are the same, and acting needs no critic input.)"""
+
     logp: jnp.ndarray
-    value: jnp.ndarray
 
 
 class PPOMetrics(struct.PyTreeNode):
@@ -99,9 +104,6 @@ class PPO:
     adam_eps: float = 1e-5
     log_std_bounds: tuple[float, float] | None = None  # networks.GaussianActor
     adv_norm: str = "batch"  # ccjax.algos.ADV_NORMS: the whole batch (PPO1), or per preference
-    #: the actor reads only the first ``actor_obs_dim`` observation values (None: all); the rest
-    #: are for the critic (``SingleFlowEnv.critic_features``)
-    actor_obs_dim: int | None = None
     name: str = "ppo"
 
     def __post_init__(self) -> None:
@@ -112,7 +114,7 @@ class PPO:
     @property
     def actor_net(self) -> GaussianActor:
         return GaussianActor(1, tuple(self.hidden), self.pref_dim, self.pn_width,
-                             log_std_bounds=self.log_std_bounds, obs_dim=self.actor_obs_dim)
+                             log_std_bounds=self.log_std_bounds)
 
     @property
     def critic_net(self) -> Critic:
@@ -123,13 +125,33 @@ class PPO:
                            optax.inject_hyperparams(optax.adam)(learning_rate=1e-3,
                                                                 eps=self.adam_eps))
 
-    def init(self, key: jnp.ndarray, obs_dim: int, action_dim: int = 1,
-             hyper: PPOHyper | None = None) -> PPOState:
+    @property
+    def metric_names(self) -> tuple[str, ...]:
+        return tuple(PPOMetrics.__dataclass_fields__)
+
+    @staticmethod
+    def actor_params(state: PPOState) -> dict:
+        """The actor's flax variables: what export writes and a controller runs."""
+        return state.actor
+
+    def plan_run(self, state: PPOState, train: dict, start: int, n_iters: int) -> PPOState:
+        """A new run anneals over its own planned length (``train.anneal``, PPO1's schedule)."""
+        return state.replace(hyper=with_anneal(state.hyper, train.get("anneal", "constant"),
+                                               start, n_iters))
+
+    def init(self, key: jnp.ndarray, spec: EnvSpec, hyper: PPOHyper | None = None) -> PPOState:
+        if spec.action.kind != "box" or spec.action.n != 1:
+            raise ConfigError(f"action={spec.action} is invalid for PPO here: one continuous "
+                              "value (a box of 1, MOCC Eq. 1)")
+        if spec.pref_dim != self.pref_dim:
+            raise ConfigError(f"agent.pref_dim={self.pref_dim} is invalid for this environment:"
+                              f" its observation carries {spec.pref_dim} preference weights")
         hyper = PPOHyper.make() if hyper is None else hyper
         ka, kc = jax.random.split(key)
-        dummy = jnp.zeros((1, obs_dim), jnp.float32)
-        actor = self.actor_net.init(ka, dummy)
-        critic = self.critic_net.init(kc, dummy)
+        actor = self.actor_net.init(ka, jnp.zeros((1, spec.obs_dim), jnp.float32))
+        # the critic reads the observation followed by the critic-only input
+        critic = self.critic_net.init(
+            kc, jnp.zeros((1, spec.obs_dim + spec.critic_dim), jnp.float32))
         opt = self._tx().init((actor, critic))
         return PPOState(actor=actor, critic=critic, opt=opt, iteration=jnp.zeros((), jnp.int32),
                         hyper=hyper)
@@ -142,8 +164,11 @@ class PPO:
             ) -> tuple[jnp.ndarray, PPOAux]:
         pi = self.policy(state.actor, obs)
         action = pi.sample(seed=key) if explore else pi.mode()
-        value = self.critic_net.apply(state.critic, obs)
-        return action, PPOAux(logp=pi.log_prob(action), value=value)
+        return action, PPOAux(logp=pi.log_prob(action))
+
+    def value(self, critic: dict, obs: jnp.ndarray, critic_in: jnp.ndarray) -> jnp.ndarray:
+        """V(obs, critic input)."""
+        return self.critic_net.apply(critic, jnp.concatenate([obs, critic_in], -1))
 
     def ent_coef(self, state: PPOState) -> jnp.ndarray:
         """beta decays linearly from ``ent_start`` to ``ent_end`` over ``ent_iters`` updates
@@ -160,28 +185,9 @@ class PPO:
         frac = jnp.clip(1.0 - done / jnp.maximum(h.anneal_iters, 1.0), 0.0, 1.0)
         return jnp.where(h.anneal_iters > 0, frac, 1.0)
 
-    def gae(self, batch: Trajectory, last_value: jnp.ndarray, gamma: jnp.ndarray,
-            lam: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-        """Generalised advantages over (T, N). A step that is not ``valid`` passes the later
-        advantage through unchanged: no MI ended there, so no time passed for the agent."""
-
-        def back(carry, x):
-            adv_next, v_next = carry
-            r, d, v, ok = x
-            nd = 1.0 - d.astype(jnp.float32)
-            delta = r + gamma * v_next * nd - v
-            adv = delta + gamma * lam * nd * adv_next
-            adv = jnp.where(ok, adv, adv_next)
-            return (adv, v), adv
-
-        _, adv = jax.lax.scan(back, (jnp.zeros_like(last_value), last_value),
-                              (batch.reward, batch.done, batch.aux.value, batch.valid),
-                              reverse=True)
-        return adv, adv + batch.aux.value
-
     def loss(self, params, mb, ent_coef: jnp.ndarray, clip: jnp.ndarray, hyper: PPOHyper):
         actor, critic = params
-        obs, action, logp_old, adv, ret, w = mb
+        obs, crit, action, logp_old, adv, ret, w = mb
         pi = self.policy(actor, obs)
         logp = pi.log_prob(action)
         ratio = jnp.exp(logp - logp_old)
@@ -190,7 +196,7 @@ class PPO:
         n = jnp.maximum(w.sum(), 1.0)
         mean = lambda x: (x * w).sum() / n  # noqa: E731
         ent = mean(pi.entropy())
-        v = self.critic_net.apply(critic, obs)
+        v = self.value(critic, obs, crit)
         v_loss = mean(0.5 * (v - ret) ** 2)
         p_loss = -mean(surr)
         # MOCC Eq. 5: L^{CLIP+E} = L^CLIP + beta H; minimised here with the value loss added.
@@ -242,17 +248,19 @@ class PPO:
     def update(self, state: PPOState, batch: Trajectory, key: jnp.ndarray
                ) -> tuple[PPOState, PPOMetrics]:
         h = state.hyper
-        last_value = self.critic_net.apply(state.critic, batch.last_obs)
+        value = self.value(state.critic, batch.obs, batch.critic)
+        next_value = self.value(state.critic, batch.next_obs, batch.next_critic)
         # Scaling rewards changes only the critic's targets (advantages are normalised below):
         # with rewards in [0, 1] and gamma 0.99 returns are ~100, which a critic initialised
         # at 0 takes many updates to reach, and its error then swamps the advantages.
-        batch = batch.replace(reward=batch.reward * h.reward_scale)
-        adv, ret = self.gae(batch, last_value, h.gamma, h.lam)
+        adv, ret = gae(batch.reward * h.reward_scale, value, next_value, batch.terminated,
+                       batch.done, batch.valid, h.gamma, h.lam)
         w = batch.valid.astype(jnp.float32)
         adv = self.normalise(adv, w, batch.obs)
-        flat = lambda x: x.reshape((-1,) + x.shape[2:])  # noqa: E731
-        data = (flat(batch.obs), flat(batch.action), flat(batch.aux.logp), flat(adv),
-                flat(ret), flat(w))
+        # explicit sizes: a critic input may be 0 wide, and reshape cannot infer -1 there
+        flat = lambda x: x.reshape((x.shape[0] * x.shape[1],) + x.shape[2:])  # noqa: E731
+        data = (flat(batch.obs), flat(batch.critic), flat(batch.action), flat(batch.aux.logp),
+                flat(adv), flat(ret), flat(w))
         size = data[0].shape[0]
         mb_size = size // self.n_minibatches
         ent_coef = self.ent_coef(state)
@@ -287,3 +295,25 @@ class PPO:
                             iteration=state.iteration + 1)
         return new, PPOMetrics(policy_loss=p_loss, value_loss=v_loss, entropy=ent,
                                approx_kl=kl, clip_frac=cf, ent_coef=ent_coef, std=std, lr=lr)
+
+
+#: the [agent] and [hyper] keys this kind reads (``ccjax.agents.registry``)
+AGENT_KEYS = KIND_KEYS["ppo"]["agent"]
+HYPER_KEYS = KIND_KEYS["ppo"]["hyper"]
+
+
+def build(cfg) -> tuple[PPO, PPOHyper]:
+    """The learner of an ``AlgoConfig`` whose ``agent.kind`` is ppo: the preset's values over
+    the dataclass defaults."""
+    a = cfg.agent
+    kw: dict = {k: a[k] for k in ("pn_width", "pref_dim", "n_epochs", "n_minibatches",
+                                  "adv_norm") if k in a}
+    if "hidden" in a:
+        kw["hidden"] = tuple(a["hidden"])
+    for k in ("max_grad_norm", "adam_eps"):
+        if k in a:
+            kw[k] = float(a[k])
+    if "log_std_bounds" in a:
+        kw["log_std_bounds"] = tuple(float(x) for x in a["log_std_bounds"])
+    agent = PPO(name=cfg.name, **kw)
+    return agent, PPOHyper.make(**{k: float(v) for k, v in cfg.hyper.items()})

@@ -10,7 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ccjax.cc.registry import get_controller
-from ccjax.envs.rewards import get_reward
+from ccjax.envs.actions import ACTION_MAPS
+from ccjax.envs.features import FEATURE_SETS
+from ccjax.envs.rewards import OBJECTIVES, get_reward
 from ccjax.envs.single_flow import EnvParams, SingleFlowEnv
 from ccjax.errors import ConfigError, require
 from ccjax.sim.link import MODELS, LinkSpec, build_links, plan
@@ -19,13 +21,16 @@ from ccjax.sim.scenario import Scenario, load_scenario
 from ccjax.units import PACKET_BYTES
 
 
-def check_preference(w: Sequence[float], field: str = "preference") -> np.ndarray:
-    """A preference on the simplex: three weights >= 0 summing to 1 (within 1e-6)."""
+def check_preference(w: Sequence[float], field: str = "preference",
+                     names: Sequence[str] = OBJECTIVES["mocc"]) -> np.ndarray:
+    """A preference on the simplex: one weight >= 0 per objective (``names``: MOCC's thr, lat,
+    loss by default; AUTO's thr, delay), summing to 1 (within 1e-6)."""
+    what = f"{len(names)} numbers " + ",".join(f"w_{n}" for n in names)
     try:
         v = np.asarray([float(x) for x in w], np.float64)
     except (TypeError, ValueError):
-        raise ConfigError(f"{field}={w!r} is invalid: three numbers w_thr,w_lat,w_loss") from None
-    require(v.shape == (3,), field, list(w), "three weights w_thr,w_lat,w_loss")
+        raise ConfigError(f"{field}={w!r} is invalid: {what}") from None
+    require(v.shape == (len(names),), field, list(w), what)
     require(bool(np.all(np.isfinite(v)) and np.all(v >= 0)), field, list(w),
             "weights >= 0 that sum to 1")
     require(abs(v.sum() - 1.0) <= 1e-6, field, list(w), f"weights that sum to 1 (sum {v.sum():g})")
@@ -50,6 +55,9 @@ def make_single_flow(
     mi_rtts: float = 0.5,
     log_ratios: bool = False,
     critic_features: bool = False,
+    features: str = "mocc",
+    action_map: str = "mocc",
+    mi_min_rtts: float = float("inf"),
     cross: str | None = None,
     n_cross: int = 0,
     links: Sequence[LinkSpec] | None = None,
@@ -63,7 +71,14 @@ def make_single_flow(
     require(isinstance(episode_len, int) and episode_len >= 1, "episode_len", episode_len,
             "an integer >= 1")
     reward_fn = get_reward(reward)
-    w = check_preference(preference)
+    names = OBJECTIVES[reward]
+    if preference == (1 / 3, 1 / 3, 1 / 3) and len(names) != 3:
+        preference = tuple([1.0 / len(names)] * len(names))  # the default: equal weights
+    w = check_preference(preference, names=names)
+    require(features in FEATURE_SETS, "features", features, ", ".join(FEATURE_SETS))
+    require(action_map in ACTION_MAPS, "action_map", action_map, ", ".join(ACTION_MAPS))
+    require(mi_min_rtts > 0 and not math.isnan(mi_min_rtts), "mi_min_rtts", mi_min_rtts,
+            "> 0 minimum RTTs (inf: no cap)")
     require(math.isfinite(alpha) and alpha > 0, "alpha", alpha, "> 0")
     lo, hi = init_rate
     require(0 < lo <= hi, "init_rate", init_rate, "0 < low <= high (fractions of capacity)")
@@ -111,11 +126,12 @@ def make_single_flow(
     pool_params = build_links(specs, cfg, horizon)
     env = SingleFlowEnv(sim=cfg, history=history, episode_len=episode_len, use_pref=use_pref,
                         reward=reward_fn, cross=controller, log_ratios=log_ratios,
-                        critic_features=critic_features)
+                        critic_features=critic_features, features=features,
+                        action_map=action_map, objectives=tuple(names))
     f32 = jnp.float32
     params = EnvParams(
         links=pool_params, pref=jnp.asarray(w, f32), alpha=f32(alpha), init_lo=f32(lo),
         init_hi=f32(hi), min_rate=f32(rmin * PACKET_BYTES), max_rate=f32(rmax * PACKET_BYTES),
-        mi_rtts=f32(mi_rtts),
+        mi_rtts=f32(mi_rtts), mi_min_rtts=f32(mi_min_rtts), pref_draw=jnp.zeros((), bool),
         cross=controller.default_params(1 + n_cross) if controller is not None else ())
     return env, params

@@ -22,6 +22,8 @@ and a doubling is one fixed step wherever it happens. Measured on 36 landmarks
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import jax.numpy as jnp
 
 from ccjax.sim.stats import MIStats
@@ -31,10 +33,10 @@ EMPTY = (1.0, 1.0, 0.0)
 N_FEATURES = 3
 
 
-def state_dim(pref_dim: int, history: int) -> int:
-    """Length of MOCC's state, the policy's input: the preference (``pref_dim`` values, 0 for
-    Aurora) followed by ``history`` MIs of ``N_FEATURES`` features."""
-    return pref_dim + N_FEATURES * history
+def state_dim(pref_dim: int, history: int, n_features: int = N_FEATURES) -> int:
+    """Length of the policy's input: the preference (``pref_dim`` values, 0 for Aurora)
+    followed by ``history`` MIs of ``n_features`` features (MOCC's 3, AUTO's 5)."""
+    return pref_dim + n_features * history
 
 #: ratios are floored here before the log (a sending ratio is 0 in an MI that sent nothing
 #: while earlier packets were delivered): log(1e-3) = -6.9, far below any ratio a link gives
@@ -60,7 +62,7 @@ def empty_history(history: int) -> jnp.ndarray:
 
 
 def push(hist: jnp.ndarray, feat: jnp.ndarray) -> jnp.ndarray:
-    """Append the newest MI's features to a (history, 3) window, dropping the oldest."""
+    """Append the newest MI's features to a (history, n) window, dropping the oldest."""
     return jnp.concatenate([hist[1:], feat[None]], 0)
 
 
@@ -71,3 +73,49 @@ def encode(hist: jnp.ndarray, log_ratios: bool) -> jnp.ndarray:
         return hist
     ratios = jnp.log(jnp.maximum(hist[..., :2], LOG_FLOOR))
     return jnp.concatenate([ratios, hist[..., 2:]], -1)
+
+
+#: AUTO's empty slot (Eq. 4's order): latency ratio 1, sending ratio 1, no loss, no gradient,
+#: the previous action "keep the rate" (log2 of x1 = 0)
+AUTO_EMPTY = (1.0, 1.0, 0.0, 0.0, 0.0)
+
+
+def auto_features(stats: MIStats, min_lat: jnp.ndarray, action_feature: jnp.ndarray
+                  ) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """AUTO Eq. 4 for one MI, (features (..., 5), updated running minimum of per-MI mean RTT):
+    r_lat (mean latency over the least mean latency so far), r_send (sent over acked, Aurora's
+    guard as in ``mi_features``), r_loss, g_lat (d latency / dt over the MI) and the previous
+    action as ``action_feature`` (``ccjax.envs.actions.auto_action_feature``). The first four are Aurora's
+    statistics, which AUTO inherits; the paper leaves their normalisation open (notes §1)."""
+    base, new_min = mi_features(stats, min_lat)
+    send_ratio, lat_ratio, grad = base[..., 0], base[..., 1], base[..., 2]
+    act = jnp.broadcast_to(jnp.asarray(action_feature, jnp.float32), lat_ratio.shape)
+    return jnp.stack([lat_ratio, send_ratio, stats.loss_rate.astype(jnp.float32), grad, act],
+                     -1), new_min
+
+
+@dataclass(frozen=True)
+class FeatureSet:
+    """One observation's per-MI features: ``n`` values, the ``empty`` slot, and whether the
+    previous action is one of them. In both sets the first two columns are the ratios that
+    ``encode`` may take logs of."""
+
+    name: str
+    n: int
+    empty: tuple[float, ...]
+    with_action: bool
+
+    def compute(self, stats: MIStats, min_lat: jnp.ndarray, action_feature: jnp.ndarray
+                ) -> tuple[jnp.ndarray, jnp.ndarray]:
+        """The MI's features; ``action_feature`` is the previous action's feature value
+        (``ccjax.envs.actions.action_feature``), used by sets ``with_action``."""
+        if self.with_action:
+            return auto_features(stats, min_lat, action_feature)
+        return mi_features(stats, min_lat)
+
+    def empty_history(self, history: int) -> jnp.ndarray:
+        return jnp.tile(jnp.asarray(self.empty, jnp.float32), (history, 1))
+
+
+FEATURE_SETS = {"mocc": FeatureSet("mocc", N_FEATURES, EMPTY, False),
+                "auto": FeatureSet("auto", len(AUTO_EMPTY), AUTO_EMPTY, True)}

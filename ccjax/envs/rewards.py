@@ -62,7 +62,32 @@ def aurora_reward(o: MIOutcome, w: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarra
     return r, mocc_objectives(o)
 
 
-REWARDS: dict[str, RewardFn] = {"mocc": mocc_reward, "aurora": aurora_reward}
+def auto_objectives(o: MIOutcome) -> jnp.ndarray:
+    """AUTO Eq. 5's two objectives, [throughput, -RTT], made scale-free (the paper gives no
+    units, notes §1; its links span 1-42 Mbps and 50-800 ms, so raw Mbps and ms would let the
+    fastest and longest links dominate every update):
+
+    * O_thr   = throughput / link capacity, clipped at 1 (as MOCC's O_thr), in [0, 1];
+    * O_delay = base RTT / measured RTT - 1, in [-1, 0]: 0 with an empty queue, falling as
+      queueing delay grows; monotone in -RTT for a given link, as Eq. 5's -rtt is.
+    """
+    thr = jnp.clip(o.throughput / jnp.maximum(o.capacity, 1e-9), 0.0, 1.0)
+    lat = jnp.clip(o.base_rtt / jnp.maximum(o.rtt_mean, 1e-9), 0.0, 1.0) - 1.0
+    return jnp.stack([thr, lat], -1)
+
+
+def auto_reward(o: MIOutcome, w: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """AUTO Eq. 1: r = w^T R with R = ``auto_objectives`` and w = (w_t, 1 - w_t)."""
+    obj = auto_objectives(o)
+    return jnp.sum(w * obj, -1), obj
+
+
+REWARDS: dict[str, RewardFn] = {"mocc": mocc_reward, "aurora": aurora_reward,
+                                "auto": auto_reward}
+#: each reward's objectives, by short name (their count is the preference's length)
+OBJECTIVES: dict[str, tuple[str, ...]] = {"mocc": ("thr", "lat", "loss"),
+                                          "aurora": ("thr", "lat", "loss"),
+                                          "auto": ("thr", "delay")}
 
 
 def get_reward(name: str) -> RewardFn:

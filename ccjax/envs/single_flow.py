@@ -56,8 +56,10 @@ import jax.numpy as jnp
 from flax import struct
 
 from ccjax.cc.base import Controller, Decision
-from ccjax.envs.features import empty_history, encode, mi_features, push, state_dim
-from ccjax.envs.rewards import MIOutcome, RewardFn, mocc_reward
+from ccjax.envs.actions import ACTION_MAPS, action_feature, apply_action
+from ccjax.envs.features import FEATURE_SETS, FeatureSet, encode, push, state_dim
+from ccjax.envs.rewards import OBJECTIVES, MIOutcome, RewardFn, mocc_reward
+from ccjax.envs.spec import ActionSpace, EnvSpec
 from ccjax.sim import capacity
 from ccjax.sim.core import SimState, data_rtt_floor_s, init_state, tick
 from ccjax.sim.link import LinkParams, SimConfig
@@ -75,6 +77,8 @@ class SlotParams(struct.PyTreeNode):
     mi_rtts: jnp.ndarray  # () MI length in mean RTTs of the previous MI (Aurora: 0.5)
     first_mi_s: jnp.ndarray  # () length of the first MI (Aurora: 3 x one-way latency)
     cross: Any  # the cross-traffic controller's params, () without one
+    #: () MI length cap in minimum RTTs: AUTO Eq. 6's min(0.5 rtt, 1.5 rtt_min); inf: none
+    mi_min_rtts: Any = float("inf")
 
 
 @dataclass(frozen=True)
@@ -104,8 +108,13 @@ class AgentSlot:
 
     def on_interval(self, state: Any, stats: MIStats, params: SlotParams):
         rate, cstate = state
+        mi = params.mi_rtts * stats.rtt_mean
+        # AUTO Eq. 6: MI = min(0.5 rtt_{t-1}, 1.5 rtt_min); an infinite cap (Aurora, MOCC)
+        # leaves the MI alone, as does a sender that has no RTT sample yet
+        cap = params.mi_min_rtts * stats.min_rtt
+        mi = jnp.where(jnp.isfinite(cap) & (cap > 0), jnp.minimum(mi, cap), mi)
         dec = Decision(rate=rate, cwnd=jnp.full_like(rate, jnp.inf),
-                       mi_s=params.mi_rtts * stats.rtt_mean, mi_round=jnp.zeros(rate.shape, bool))
+                       mi_s=mi, mi_round=jnp.zeros(rate.shape, bool))
         if self.cross is None:
             return state, dec
         cstate, cdec = self.cross.on_interval(cstate, stats, params.cross)
@@ -116,7 +125,7 @@ class EnvParams(struct.PyTreeNode):
     """Dynamic parameters: a sweep or a batch of preferences is a ``vmap`` over them."""
 
     links: LinkParams  # pool of links (leading axis P); each episode draws one uniformly
-    pref: jnp.ndarray  # (3,) preference w = (w_thr, w_lat, w_loss) on the simplex
+    pref: jnp.ndarray  # (K,) preference on the simplex, K objectives (MOCC: w_thr, w_lat, w_loss)
     alpha: jnp.ndarray  # action scale (MOCC Table 2: 0.025)
     init_lo: jnp.ndarray  # initial rate drawn from U(init_lo, init_hi) x capacity (Aurora)
     init_hi: jnp.ndarray
@@ -125,6 +134,11 @@ class EnvParams(struct.PyTreeNode):
     mi_rtts: jnp.ndarray  # MI = mi_rtts x mean RTT of the previous MI (Aurora: 0.5)
     cross: Any = ()  # cross-traffic controller params, () without cross traffic
     link_index: Any = -1  # >= 0: every episode uses this link of the pool (fixed evaluation sets)
+    #: MI cap in minimum RTTs (AUTO Eq. 6: 1.5); inf for Aurora's and MOCC's uncapped MI
+    mi_min_rtts: Any = float("inf")
+    #: true: every episode draws its preference uniformly from the simplex at reset and keeps it
+    #: (AUTO §3.3: one omega per episode); false: ``pref`` is the preference
+    pref_draw: Any = False
 
 
 class EnvState(struct.PyTreeNode):
@@ -135,7 +149,9 @@ class EnvState(struct.PyTreeNode):
     min_lat: jnp.ndarray  # () smallest per-MI mean RTT so far (latency ratio's denominator)
     step: jnp.ndarray  # () int32 MIs completed in this episode
     ret: jnp.ndarray  # () scalar reward summed over this episode
-    obj_sum: jnp.ndarray  # (3,) objectives summed over this episode
+    obj_sum: jnp.ndarray  # (K,) objectives summed over this episode
+    pref: jnp.ndarray  # (K,) the episode's preference when ``params.pref_draw`` (else unused)
+    act_feat: jnp.ndarray  # () the last action as a feature (``envs.actions.action_feature``)
     mid: jnp.ndarray  # bool: the agent's MI is still running (a tick budget cut the step short)
     mi_n0: jnp.ndarray  # () int32 MIs completed when the running MI began
     mi_t0: jnp.ndarray  # () int32 tick at which the running MI began
@@ -144,7 +160,7 @@ class EnvState(struct.PyTreeNode):
 class StepInfo(struct.PyTreeNode):
     """What one step measured, for logs and evaluation (no string-keyed dicts)."""
 
-    objectives: jnp.ndarray  # (3,) vector reward O_t
+    objectives: jnp.ndarray  # (K,) vector reward O_t
     utilization: jnp.ndarray  # throughput / capacity over the MI
     latency_ratio: jnp.ndarray  # mean RTT / base RTT over the MI
     loss_rate: jnp.ndarray
@@ -152,9 +168,16 @@ class StepInfo(struct.PyTreeNode):
     mi_s: jnp.ndarray  # length of the MI just simulated
     truncated: jnp.ndarray  # bool: the MI hit ``max_mi_ticks`` without ending
     episode_return: jnp.ndarray  # scalar return of the episode that just ended (else 0)
-    episode_objectives: jnp.ndarray  # (3,) mean objectives of the ended episode (else 0)
+    episode_objectives: jnp.ndarray  # (K,) mean objectives of the ended episode (else 0)
     episode_done: jnp.ndarray  # bool
     valid: jnp.ndarray  # bool: an MI ended (false: a tick budget ran out first, see VecEnv)
+    #: the episode ended in a terminal state (never here: episodes end only at their time
+    #: limit, which is a truncation, so learners bootstrap from ``next_obs`` there)
+    terminated: Any = False
+    #: observation and critic input after this step, before any auto-reset: what a learner
+    #: bootstraps from (the drivers move them into ``Trajectory``)
+    next_obs: Any = ()
+    next_critic: Any = ()
 
 
 @dataclass(frozen=True)
@@ -169,30 +192,72 @@ class SingleFlowEnv:
     cross: Controller | None = None
     max_mi_ticks: int = 60_000  # guard: an MI longer than this ends the step (``truncated``)
     log_ratios: bool = False  # observe log(sending ratio), log(latency ratio) (features.encode)
-    critic_features: bool = False  # append N_CRITIC facts for the critic (module docstring)
+    critic_features: bool = False  # N_CRITIC facts for the critic only (module docstring)
+    features: str = "mocc"  # the per-MI features (envs.features.FEATURE_SETS: mocc, auto)
+    action_map: str = "mocc"  # how an action sets the rate (envs.actions.ACTION_MAPS)
+    objectives: tuple[str, ...] = OBJECTIVES["mocc"]  # names of the reward's objectives
+
+    @property
+    def feature_set(self) -> FeatureSet:
+        return FEATURE_SETS[self.features]
+
+    @property
+    def n_objectives(self) -> int:
+        return len(self.objectives)
+
+    @property
+    def pref_dim(self) -> int:
+        return self.n_objectives if self.use_pref else 0
 
     @property
     def actor_obs_dim(self) -> int:
-        """The policy's input: MOCC's state (preference and history)."""
-        return state_dim(3 if self.use_pref else 0, self.history)
+        """The policy's input: the preference and the feature history."""
+        return state_dim(self.pref_dim, self.history, self.feature_set.n)
 
     @property
     def obs_dim(self) -> int:
-        return self.actor_obs_dim + (N_CRITIC if self.critic_features else 0)
+        return self.actor_obs_dim
+
+    @property
+    def critic_dim(self) -> int:
+        return N_CRITIC if self.critic_features else 0
+
+    @property
+    def action_space(self) -> ActionSpace:
+        kind, n = ACTION_MAPS[self.action_map]
+        return ActionSpace(kind, n)
 
     @property
     def action_dim(self) -> int:
-        return 1
+        return self.action_space.n
+
+    @property
+    def spec(self) -> EnvSpec:
+        return EnvSpec(obs_dim=self.obs_dim, critic_dim=self.critic_dim,
+                       action=self.action_space, n_objectives=self.n_objectives,
+                       pref_dim=self.pref_dim, objective_names=tuple(self.objectives))
 
     def _slot(self) -> AgentSlot:
         return AgentSlot(self.cross)
 
+    @staticmethod
+    def preference(st: EnvState, params: EnvParams) -> jnp.ndarray:
+        """The preference in force: the episode's own draw, or ``params.pref``."""
+        return jnp.where(params.pref_draw, st.pref, params.pref).astype(jnp.float32)
+
     def _obs(self, hist: jnp.ndarray, params: EnvParams, st: EnvState) -> jnp.ndarray:
         flat = encode(hist, self.log_ratios).reshape(-1)
-        parts = [params.pref.astype(jnp.float32), flat] if self.use_pref else [flat]
-        if self.critic_features:
-            parts.append(self._critic_facts(st))
-        return jnp.concatenate(parts)
+        if not self.use_pref:
+            return flat
+        return jnp.concatenate([self.preference(st, params), flat])
+
+    def critic_obs(self, st: EnvState, params: EnvParams) -> jnp.ndarray:
+        """(critic_dim,) the critic-only input for state ``st``: the link facts with
+        ``critic_features``, else empty."""
+        del params
+        if not self.critic_features:
+            return jnp.zeros((0,), jnp.float32)
+        return self._critic_facts(st)
 
     def _critic_facts(self, st: EnvState) -> jnp.ndarray:
         """(N_CRITIC,) what the simulator knows and MOCC's state does not, scaled to O(1)."""
@@ -212,6 +277,9 @@ class SingleFlowEnv:
 
     def reset(self, key: jnp.ndarray, params: EnvParams) -> tuple[jnp.ndarray, EnvState]:
         k_link, k_rate, k_sim = jax.random.split(key, 3)
+        # the preference draw gets its own stream, so the link and rate draws are those of
+        # an environment without one
+        k_pref = jax.random.fold_in(key, 7)
         n = jax.tree.leaves(params.links)[0].shape[0]
         i = jnp.where(jnp.asarray(params.link_index) >= 0, params.link_index,
                       jax.random.randint(k_link, (), 0, n))
@@ -223,38 +291,41 @@ class SingleFlowEnv:
         # sees (as ``PolicyController.init`` gets it from ``init_state``)
         floor = data_rtt_floor_s(link, self.sim)[0]
         sp = SlotParams(init_rate=rate, mi_rtts=params.mi_rtts, first_mi_s=1.5 * floor,
-                        cross=params.cross)
+                        cross=params.cross, mi_min_rtts=params.mi_min_rtts)
         sim = init_state(self.sim, link, self._slot(), sp, k_sim)
-        hist = empty_history(self.history)
+        hist = self.feature_set.empty_history(self.history)
+        K = self.n_objectives
+        pref = jax.random.dirichlet(k_pref, jnp.ones(K, jnp.float32)).astype(jnp.float32)
         st = EnvState(sim=sim, link=link, rate=rate, hist=hist,
                       min_lat=jnp.asarray(jnp.inf, jnp.float32), step=jnp.zeros((), jnp.int32),
-                      ret=jnp.zeros((), jnp.float32), obj_sum=jnp.zeros(3, jnp.float32),
+                      ret=jnp.zeros((), jnp.float32), obj_sum=jnp.zeros(K, jnp.float32),
+                      pref=pref, act_feat=jnp.zeros((), jnp.float32),
                       mid=jnp.zeros((), bool), mi_n0=jnp.zeros((), jnp.int32),
                       mi_t0=jnp.zeros((), jnp.int32))
         return self._obs(hist, params, st), st
 
     def begin(self, st: EnvState, action: jnp.ndarray, params: EnvParams) -> EnvState:
-        """Start the agent's next MI: apply the action (MOCC Eq. 1) to its rate, in the simulator
-        too. While an MI is still running (``st.mid``) the action is ignored."""
+        """Start the agent's next MI: apply the action (``action_map``: MOCC Eq. 1, AUTO Eq. 7)
+        to its rate, in the simulator too. While an MI is still running (``st.mid``) the action is ignored."""
         new = self._apply(st, action, params)
         new = new.replace(mid=jnp.ones((), bool), mi_n0=st.sim.mi_count[0], mi_t0=st.sim.t)
         return jax.tree.map(lambda o, n: jnp.where(st.mid, o, n), st, new)
 
     def _apply(self, st: EnvState, action: jnp.ndarray, params: EnvParams) -> EnvState:
         a = jnp.reshape(action, ())
-        # Multiplicative and asymmetric, so +a and -a cancel exactly.
-        rate = jnp.where(a >= 0, st.rate * (1.0 + params.alpha * a),
-                         st.rate / (1.0 - params.alpha * a))
-        rate = jnp.clip(rate, params.min_rate, params.max_rate)
+        rate = apply_action(self.action_map, st.rate, a, params.alpha, params.min_rate,
+                            params.max_rate, jnp)
         sim = st.sim
         rates, cstate = sim.cc
         sim = sim.replace(cc=(rates.at[0].set(rate), cstate),
                           decision=sim.decision._replace(rate=sim.decision.rate.at[0].set(rate)))
-        return st.replace(sim=sim, rate=rate)
+        return st.replace(sim=sim, rate=rate,
+                          act_feat=action_feature(self.action_map, a, jnp).astype(jnp.float32))
 
     def slot_params(self, st: EnvState, params: EnvParams) -> SlotParams:
         return SlotParams(init_rate=st.rate, mi_rtts=params.mi_rtts,
-                          first_mi_s=jnp.float32(0.0), cross=params.cross)
+                          first_mi_s=jnp.float32(0.0), cross=params.cross,
+                          mi_min_rtts=params.mi_min_rtts)
 
     def sim_tick(self, st: EnvState, params: EnvParams, live: jnp.ndarray | None = None
                  ) -> SimState:
@@ -276,7 +347,8 @@ class SingleFlowEnv:
         new = jax.tree.map(pick, wait, new.replace(mid=jnp.zeros((), bool)))
         obs = pick(self._obs(st.hist, params, st), obs)
         info = jax.tree.map(lambda x: jnp.where(running, jnp.zeros_like(x), x), info)
-        info = info.replace(valid=~running, rate=st.rate)
+        info = info.replace(valid=~running, rate=st.rate, next_obs=obs,
+                            next_critic=self.critic_obs(new, params))
         return obs, new, jnp.where(running, 0.0, reward), done & ~running, info
 
     def _end(self, st: EnvState, sim: SimState, params: EnvParams
@@ -284,7 +356,7 @@ class SingleFlowEnv:
         n0, t0 = st.mi_n0, st.mi_t0
         truncated = sim.mi_count[0] == n0
         stats = jax.tree.map(lambda x: x[0], sim.last)
-        feat, min_lat = mi_features(stats, st.min_lat)
+        feat, min_lat = self.feature_set.compute(stats, st.min_lat, st.act_feat)
         t1 = sim.t.astype(jnp.float32)
         dur_ticks = (sim.t - t0).astype(jnp.float32)
         cap = (capacity.cum(st.link.sched, t1) - capacity.cum(st.link.sched, t1 - dur_ticks)) / (
@@ -293,7 +365,7 @@ class SingleFlowEnv:
                         send_rate=stats.send_rate, capacity=cap, rtt_mean=stats.rtt_mean,
                         base_rtt=stats.base_rtt, loss_rate=stats.loss_rate,
                         got_feedback=(stats.acked_bytes + stats.lost_bytes) > 0)
-        reward, obj = self.reward(out, params.pref)
+        reward, obj = self.reward(out, self.preference(st, params))
         hist = push(st.hist, feat)
         step = st.step + 1
         done = step >= self.episode_len
@@ -305,7 +377,7 @@ class SingleFlowEnv:
             loss_rate=out.loss_rate, rate=st.rate, mi_s=stats.duration_s, truncated=truncated,
             episode_return=jnp.where(done, ret, 0.0),
             episode_objectives=jnp.where(done, obj_sum / step, 0.0), episode_done=done,
-            valid=jnp.ones((), bool))
+            valid=jnp.ones((), bool), terminated=jnp.zeros((), bool))
         st = st.replace(sim=sim, hist=hist, min_lat=min_lat, step=step, ret=ret,
                         obj_sum=obj_sum)
         return self._obs(hist, params, st), st, reward, done, info

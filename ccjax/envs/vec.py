@@ -7,7 +7,7 @@ ended", which executes the reset only on the (few) steps where some episode ende
 are those of vmapping ``SingleFlowEnv.step`` (fresh episodes draw from other keys, so the two
 agree in distribution, not value for value).
 
-Parameters may differ per environment in their preference (``pref`` of shape (n, 3)) and in
+Parameters may differ per environment in their preference (``pref`` of shape (n, K)) and in
 the link each episode uses (``link_index`` of shape (n,)) only; the link pool and scalars are
 shared, which keeps a batch of 1024 envs from holding 1024 copies of
 the pool.
@@ -16,11 +16,34 @@ the pool.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import jax
 import jax.numpy as jnp
 
-from ccjax.envs.single_flow import EnvParams, EnvState, SingleFlowEnv, StepInfo
+from ccjax.envs.single_flow import EnvParams, EnvState, StepInfo
+from ccjax.envs.spec import EnvSpec
+
+
+class TickEnv(Protocol):
+    """What ``VecEnv`` needs of one environment: an MI is begun, ticked while it runs and
+    ended, so a batch can run its tick loop at the batch level (``SingleFlowEnv``; the
+    multi-flow environment implements the same)."""
+
+    @property
+    def spec(self) -> EnvSpec: ...
+
+    def reset(self, key: jnp.ndarray, params: Any) -> tuple[jnp.ndarray, Any]: ...
+
+    def begin(self, st: Any, action: jnp.ndarray, params: Any) -> Any: ...
+
+    def mi_running(self, st: Any, sim: Any) -> jnp.ndarray: ...
+
+    def sim_tick(self, st: Any, params: Any, live: jnp.ndarray | None = None) -> Any: ...
+
+    def end(self, st: Any, sim: Any, params: Any) -> tuple: ...
+
+    def critic_obs(self, st: Any, params: Any) -> jnp.ndarray: ...
 
 
 def param_axes(params: EnvParams) -> EnvParams:
@@ -38,9 +61,17 @@ class VecEnv:
     links' MIs are still running: those return ``info.valid`` false and continue their MI at the
     next step. Without a budget every step waits for the batch's longest MI."""
 
-    env: SingleFlowEnv
+    env: TickEnv
     n: int
     tick_budget: int = 0
+
+    @property
+    def spec(self) -> EnvSpec:
+        return self.env.spec
+
+    def critic_obs(self, st: EnvState, params: EnvParams) -> jnp.ndarray:
+        """(n, critic_dim) the critic-only input of every environment."""
+        return jax.vmap(self.env.critic_obs, in_axes=(0, param_axes(params)))(st, params)
 
     def reset(self, key: jnp.ndarray, params: EnvParams) -> tuple[jnp.ndarray, EnvState]:
         keys = jax.random.split(key, self.n)

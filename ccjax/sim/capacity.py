@@ -1,7 +1,8 @@
 """Bottleneck capacity as a periodic piecewise-constant schedule.
 
-Every capacity model ccjax supports -- constant, a schedule of step changes, a mahimahi trace -- is
-represented the same way, so one compiled simulator serves them all and a batch may mix them:
+Every capacity model ccjax supports -- constant, a schedule of step changes, a mahimahi trace, a
+generated Poisson delivery trace (``poisson_stamps``) -- is represented the same way, so one
+compiled simulator serves them all and a batch may mix them:
 
 * ``t``  (K,) segment start times in ticks, ``t[0] == 0``, non-decreasing (padding:
   ``period``);
@@ -19,10 +20,13 @@ packet group's departure time exactly, without a per-packet loop.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
+
+from ccjax.units import PACKET_BYTES
 
 
 class Schedule(NamedTuple):
@@ -109,3 +113,42 @@ def max_drain_ticks(s: Schedule, backlog_bytes: float) -> float:
 def mean_rate_jnp(s: Schedule) -> jnp.ndarray:
     """Long-run mean bytes per tick, traceable (the schedule's bytes per period / period)."""
     return s.period_bytes / jnp.maximum(s.period, 1e-30)
+
+
+def poisson_stamps(rng: np.random.Generator, rate_bytes_per_s: float,
+                   period_s: float) -> np.ndarray:
+    """A mahimahi-style delivery trace (int64 ms timestamps, see ``ccjax.sim.trace``) whose
+    opportunities to send one ``PACKET_BYTES`` packet form a Poisson process at
+    ``rate_bytes_per_s``, covering ``period_s`` (it repeats after that, as any trace does).
+
+    This is how cellular links are commonly emulated (AUTO section 5.2.2: "usually modeled as
+    Poisson Point Processes"; Pantheon's calibrated cellular emulators deliver packets so): the
+    gaps between opportunities are exponential with mean ``PACKET_BYTES / rate``, so the
+    capacity is bursty at every time scale while its long-run mean is ``rate``.
+
+    Arrival times are drawn up to and including the first one at or past ``period_s``; each is
+    floored to its millisecond (several may share one, as repeated mahimahi lines). The last
+    stamp is then the trace's period (mahimahi's rule, ``trace_segments``): the period is a
+    whole number of ms >= ``period_s``, and every opportunity in it is a real draw of the
+    process, none added to pin the period. Deterministic given ``rng``'s state.
+    """
+    lam_ms = rate_bytes_per_s / PACKET_BYTES * 1e-3  # opportunities per ms
+    if not (math.isfinite(lam_ms) and lam_ms > 0):
+        raise ValueError(f"rate_bytes_per_s={rate_bytes_per_s!r}: must be > 0 and finite")
+    if not (math.isfinite(period_s) and period_s > 0):
+        raise ValueError(f"period_s={period_s!r}: must be > 0 and finite")
+    horizon_ms = period_s * 1e3
+    # Draw the gaps in chunks sized to finish in one go nearly always (mean + 6 sd + slack).
+    expected = lam_ms * horizon_ms
+    chunk = int(expected + 6.0 * math.sqrt(expected) + 16)
+    parts: list[np.ndarray] = []
+    t0 = 0.0
+    while True:
+        t = t0 + np.cumsum(rng.exponential(1.0 / lam_ms, chunk))
+        past = np.searchsorted(t, horizon_ms, side="left")  # first arrival >= the horizon
+        if past < chunk:
+            parts.append(t[: past + 1])
+            break
+        parts.append(t)
+        t0 = float(t[-1])
+    return np.floor(np.concatenate(parts)).astype(np.int64)

@@ -15,8 +15,9 @@ TOML schema (every table and key is checked; an unknown key is an error)::
     max_flows = 5                     # optional, defaults to the largest flow count
 
     [link]
-    bandwidth_mbps = {uniform = [40, 160]}   # needed by kind "constant", and by "steps" without
-                                              # values_mbps (one draw per change point)
+    bandwidth_mbps = {uniform = [40, 160]}   # needed by kind "constant", by "steps" without
+                                              # values_mbps (one draw per change point) and by
+                                              # "poisson" (its mean rate, one draw per link)
     buffer_bdp = {log_uniform = [0.1, 16]}   # exactly one of buffer_bdp / buffer_pkts
     loss = 0.0                                # random loss probability, [0, 1); default 0
     jitter_ms = 1.2                           # senders' per-packet jitter width, one draw per
@@ -24,13 +25,15 @@ TOML schema (every table and key is checked; an unknown key is an error)::
                                               # RTT the flows can draw
 
     [link.capacity]                   # optional; default kind = "constant"
-    kind = "steps"                    # "constant" | "steps" | "trace"
+    kind = "steps"                    # "constant" | "steps" | "trace" | "poisson"
     values_mbps = [12, 60]            # steps: fixed cycle, or {choice = [[12, 60], [50]]}
     interval_s = 10                   # steps: time between changes (a distribution)
     redraw_interval = true            # steps: draw interval_s at every change (else once a link)
     random_phase = false              # steps with values_mbps: start the cycle at a random value
     files = ["traces/lte.trace"]      # trace: mahimahi files, one drawn per link; relative paths
                                       # are relative to the TOML file
+    period_s = 60                     # poisson: length of the generated trace before it repeats
+                                      # (default duration_s); see "Poisson capacity" below
 
     [flows]
     count = {int_uniform = [2, 5]}    # flows per link, default 1
@@ -48,6 +51,12 @@ TOML schema (every table and key is checked; an unknown key is an error)::
 A distribution is a plain number (a constant), ``{uniform = [lo, hi]}``,
 ``{log_uniform = [lo, hi]}`` (uniform in log space, lo > 0), ``{choice = [a, b, ...]}`` (each
 value equally likely) or ``{int_uniform = [lo, hi]}`` (integers, both ends included).
+
+Poisson capacity (``kind = "poisson"``): each link gets its own mahimahi-style delivery trace
+(``ccjax.sim.capacity.poisson_stamps``) whose one-packet delivery opportunities arrive as a
+Poisson process at the link's ``bandwidth_mbps`` (exponential gaps), as emulated cellular links
+are (AUTO section 5.2.2). The trace is generated from the sample's seed, so the same seed gives
+the same trace; it then runs exactly as a ``trace`` link does.
 """
 
 from __future__ import annotations
@@ -63,8 +72,9 @@ from typing import Any
 import numpy as np
 
 from ccjax.errors import ConfigError
+from ccjax.sim.capacity import poisson_stamps
 from ccjax.sim.link import LinkSpec
-from ccjax.sim.trace import load_mahimahi
+from ccjax.sim.trace import load_mahimahi, mean_rate_bytes_per_s
 from ccjax.units import PACKET_BYTES, mbps_to_bytes_per_s
 
 if sys.version_info >= (3, 11):
@@ -84,10 +94,17 @@ __all__ = [
 ]
 
 DIST_KINDS = ("uniform", "log_uniform", "choice", "int_uniform")
-CAPACITY_KINDS = ("constant", "steps", "trace")
+CAPACITY_KINDS = ("constant", "steps", "trace", "poisson")
 #: Upper bound on the capacity segments one sampled link may need: the segment count is a static
 #: shape of the compiled simulator (``SimConfig.schedule_len``), so it must stay modest.
 MAX_SEGMENTS = 10_000
+#: Longest ``period_s`` of a poisson trace. Its schedule has up to one segment per millisecond
+#: (``trace_segments``: one per change in the per-ms count; about 350 a second at 3 Mbps), and
+#: that count is the compiled simulator's static ``schedule_len``, so an hour caps it at 3.6e6.
+MAX_POISSON_PERIOD_S = 3600.0
+#: Most delivery opportunities one poisson trace may hold (int64 stamps: 80 MB), so a fast link
+#: with a long period fails on load rather than exhausting memory on sampling.
+MAX_POISSON_PKTS = 10_000_000
 
 _DIST_HELP = (
     "a number or one of {uniform = [lo, hi]}, {log_uniform = [lo, hi]}, "
@@ -253,6 +270,8 @@ class Capacity:
     random_phase: bool = False
     files: tuple[Path, ...] = ()
     traces: tuple[np.ndarray, ...] = field(default=(), compare=False, repr=False)
+    #: poisson: seconds of generated trace (it repeats after that); None: the scenario's duration
+    period_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -387,6 +406,20 @@ class Scenario:
             mean = stamps.size * PACKET_BYTES * 8 / (period_ms * 1e-3) / 1e6
             return {"trace": stamps, "trace_name": str(c.files[i])}, mean
         bw = self.link.bandwidth_mbps
+        if c.kind == "poisson":
+            assert bw is not None
+            v = bw.draw(rng)
+            # The trace gets its own stream, seeded by one draw from the link stream: the fields
+            # drawn after it (RTT, buffer, loss, ...) do not shift with the trace's length.
+            sub_seed = int(rng.integers(0, 2**63))
+            stamps = poisson_stamps(np.random.default_rng(sub_seed), mbps_to_bytes_per_s(v),
+                                    c.period_s if c.period_s is not None else self.duration_s)
+            stamps.flags.writeable = False  # as file traces: LinkSpecs hold it, nobody edits it
+            # bandwidth_mbps carries the nominal mean (the trace governs the link): reports and
+            # the spec show the rate the scenario asked for (a 60 s trace realises it to ~1 %)
+            mean = mean_rate_bytes_per_s(stamps) * 8 / 1e6  # realised, as for file traces
+            return ({"trace": stamps, "trace_name": f"poisson({v:.6g} Mbps, seed {sub_seed})",
+                     "bandwidth_mbps": (v,)}, mean)
         if c.kind == "constant":
             assert bw is not None
             v = bw.draw(rng)
@@ -528,7 +561,8 @@ def _parse_link(t: dict[str, Any], where: _Where, base_dir: Path, duration: floa
     cap = _parse_capacity(_table(t, "capacity", p, where), where, base_dir, duration)
 
     bw = None
-    needs_bw = cap.kind == "constant" or (cap.kind == "steps" and cap.cycles is None)
+    needs_bw = (cap.kind in ("constant", "poisson")
+                or (cap.kind == "steps" and cap.cycles is None))
     if "bandwidth_mbps" in t:
         if not needs_bw:
             why = ("not used with link.capacity.kind = 'trace'" if cap.kind == "trace"
@@ -537,7 +571,18 @@ def _parse_link(t: dict[str, Any], where: _Where, base_dir: Path, duration: floa
         bw = _parse_dist(t["bandwidth_mbps"], p + "bandwidth_mbps", where,
                          _Bound(**_POSITIVE, unit="Mbps"))
     elif needs_bw:
-        raise where.missing(p + "bandwidth_mbps", "the link bandwidth is required")
+        why = ("the mean rate of the poisson deliveries is required" if cap.kind == "poisson"
+               else "the link bandwidth is required")
+        raise where.missing(p + "bandwidth_mbps", why)
+    if cap.kind == "poisson":
+        assert bw is not None
+        period = cap.period_s if cap.period_s is not None else duration
+        pkts = mbps_to_bytes_per_s(bw.hi) / PACKET_BYTES * period
+        if pkts > MAX_POISSON_PKTS:
+            raise where.fail(p + "bandwidth_mbps", t["bandwidth_mbps"],
+                             f"a poisson trace at {bw.hi:g} Mbps over {period:g} s holds "
+                             f"{pkts:.3g} packets, more than {MAX_POISSON_PKTS:g}; use a "
+                             "shorter link.capacity.period_s")
 
     if ("buffer_pkts" in t) == ("buffer_bdp" in t):
         raise where.fail(p + "buffer_pkts", t.get("buffer_pkts"),
@@ -582,6 +627,14 @@ def _parse_capacity(t: dict[str, Any], where: _Where, base_dir: Path,
             traces.append(stamps)
             paths.append(fp)
         return Capacity(kind="trace", files=tuple(paths), traces=tuple(traces))
+    if kind == "poisson":
+        _take(t, ("kind", "period_s"), p, where)
+        period = t.get("period_s")
+        if period is not None and (not _is_number(period) or not math.isfinite(period)
+                                   or not 1e-3 <= period <= MAX_POISSON_PERIOD_S):
+            raise where.fail(p + "period_s", period,
+                             f"must be a number from 0.001 to {MAX_POISSON_PERIOD_S:g} s")
+        return Capacity(kind="poisson", period_s=None if period is None else float(period))
 
     _take(t, ("kind", "values_mbps", "interval_s", "redraw_interval", "random_phase"), p, where)
     if "interval_s" not in t:

@@ -57,7 +57,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from ccjax.agents.base import Trajectory
-from ccjax.agents.drivers import Runner, init_runner, rollout_stats, scan_rollout, split_step_key
+from ccjax.agents.drivers import (Runner, init_runner, rollout_stats, scan_rollout, set_preference,
+                                  split_step_key)
 from ccjax.agents.ppo import PPO, PPOHyper, with_anneal
 from ccjax.algos import AlgoConfig
 from ccjax.envs.build import make_single_flow
@@ -102,14 +103,14 @@ def _unflat(T: int, N: int):
 def _flat_runner(r: Runner, T: int, N: int) -> Runner:
     """Trial-major runner (every leaf (T, N, ...)) -> the environments flattened, keys (T, 2)."""
     f = _flat(T, N)
-    return r.replace(env_state=jax.tree.map(f, r.env_state), obs=f(r.obs), action=f(r.action),
-                     aux=jax.tree.map(f, r.aux))
+    return r.replace(env_state=jax.tree.map(f, r.env_state), obs=f(r.obs), critic=f(r.critic),
+                     action=f(r.action), aux=jax.tree.map(f, r.aux))
 
 
 def _unflat_runner(r: Runner, T: int, N: int) -> Runner:
     u = _unflat(T, N)
-    return r.replace(env_state=jax.tree.map(u, r.env_state), obs=u(r.obs), action=u(r.action),
-                     aux=jax.tree.map(u, r.aux))
+    return r.replace(env_state=jax.tree.map(u, r.env_state), obs=u(r.obs), critic=u(r.critic),
+                     action=u(r.action), aux=jax.tree.map(u, r.aux))
 
 
 def rollout_trials(venv: TrialVecEnv, agent: PPO, states: Any, runner: Runner,
@@ -134,8 +135,7 @@ def rollout_trials(venv: TrialVecEnv, agent: PPO, states: Any, runner: Runner,
 def _per_trial(tr: Trajectory, T: int, N: int) -> Trajectory:
     """(n_steps, T x N, ...) -> (T, n_steps, N, ...): each trial's own trajectory."""
     split = lambda x: jnp.moveaxis(x.reshape((x.shape[0], T, N) + x.shape[2:]), 1, 0)  # noqa
-    last = tr.last_obs.reshape((T, N) + tr.last_obs.shape[1:])
-    return jax.tree.map(split, tr.replace(last_obs=None)).replace(last_obs=last)
+    return jax.tree.map(split, tr)
 
 
 def trial_chunk(venv: TrialVecEnv, agent: PPO, n_steps: int, n_iters: int):
@@ -149,8 +149,7 @@ def trial_chunk(venv: TrialVecEnv, agent: PPO, n_steps: int, n_iters: int):
     def iteration(carry, pref):
         states, r, params = carry
         pref = flat(pref)
-        if venv.env.use_pref:  # the observation carries the preference (MOCC 3.1)
-            r = r.replace(obs=r.obs.at[:, :3].set(pref))
+        r = set_preference(venv, r, params, pref)  # the observation carries it (MOCC 3.1)
         r, tr = rollout_trials(venv, agent, states, r, params.replace(pref=pref), n_steps)
         ks = jax.vmap(jax.random.split)(r.key)  # as _chunk: key, k_upd = split(runner.key)
         r = r.replace(key=ks[:, 0])
@@ -253,7 +252,7 @@ class Group:
     # -- one trial's start, as ccjax.train.Trainer starts a run of the same seed --------------
     def _init_one(self, key: jnp.ndarray, hyper: PPOHyper, pref: jnp.ndarray):
         s = self.setup
-        state = s.agent.init(jax.random.fold_in(key, 0), s.env.obs_dim, s.env.action_dim, hyper)
+        state = s.agent.init(jax.random.fold_in(key, 0), s.env.spec, hyper)
         runner = init_runner(s.venv, s.agent, state, s.params.replace(pref=pref),
                              jax.random.fold_in(key, 1))
         return state, runner

@@ -481,7 +481,7 @@ def load_trial(sweep_dir: str | os.PathLike[str], trial_id: str) -> tuple[Any, A
 
     setup = build(cfg, 0)
     agent, hyper = make_agent(cfg)
-    target = agent.init(jax.random.PRNGKey(0), setup.env.obs_dim, setup.env.action_dim, hyper)
+    target = agent.init(jax.random.PRNGKey(0), setup.env.spec, hyper)
     ref = json.loads(row["metrics"] or "{}").get("checkpoint")
     if ref is None:  # a sweep recorded before batch checkpoints: one checkpoint per trial
         ck = Checkpoints(d / "trials" / trial_id / "checkpoint", keep=1)

@@ -155,8 +155,7 @@ def adapt(from_dir: str | Path, preference, out: str | Path | None = None, *,
             ck = None
     if ck is None:
         raise ConfigError(f"from={str(src)!r} is invalid: it has no checkpoint")
-    fresh = setup.agent.init(jax.random.PRNGKey(0), setup.env.obs_dim, 1,
-                             setup.hyper)
+    fresh = setup.agent.init(jax.random.PRNGKey(0), setup.env.spec, setup.hyper)
     from_iter = ck.latest()
     state, _ = ck.restore(fresh)
     ck.close()

@@ -10,10 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from ccjax.agents.drivers import init_runner, rollout
-from ccjax.agents.ppo import PPO, PPOHyper
-from ccjax.algos import AlgoConfig
+from ccjax.agents.registry import kind_module
+from ccjax.algos import AlgoConfig, agent_kind
 from ccjax.envs.build import make_single_flow
-from ccjax.envs.features import state_dim
 from ccjax.envs.single_flow import EnvParams, SingleFlowEnv
 from ccjax.envs.vec import VecEnv
 
@@ -26,32 +25,22 @@ def env_kwargs(cfg: AlgoConfig) -> dict[str, Any]:
     kw: dict[str, Any] = dict(
         model=e.get("model", "fluid"), tick_s=float(e.get("tick_ms", 1.0)) / 1000.0,
         history=e.get("history", 10), episode_len=e.get("episode_len", 400),
-        reward=e.get("reward", "mocc"), use_pref=cfg.agent.get("pref_dim", 3) == 3,
+        reward=e.get("reward", "mocc"), use_pref=cfg.agent.get("pref_dim", 3) > 0,
         alpha=float(e.get("alpha", 0.025)),
         init_rate=tuple(float(x) for x in e.get("init_rate", (0.3, 1.5))),
         rate_bounds_pkts=tuple(float(x) for x in e.get("rate_bounds_pkts", (10.0, 1e5))),
         mi_rtts=float(e.get("mi_rtts", 0.5)), log_ratios=bool(e.get("log_ratios", False)),
-        critic_features=bool(cfg.agent.get("critic_features", False)))
+        critic_features=bool(cfg.agent.get("critic_features", False)),
+        features=e.get("features", "mocc"), action_map=e.get("action_map", "mocc"),
+        mi_min_rtts=float(e.get("mi_min_rtts", float("inf"))))
     if "preference" in e:
         kw["preference"] = tuple(float(x) for x in e["preference"])
     return kw
 
 
-def make_agent(cfg: AlgoConfig) -> tuple[PPO, PPOHyper]:
-    a = cfg.agent
-    # With critic features the observation carries link facts after MOCC's state, which only
-    # the critic reads (ccjax.envs.single_flow).
-    actor_obs = (state_dim(a.get("pref_dim", 3), cfg.env.get("history", 10))
-                 if a.get("critic_features", False) else None)
-    agent = PPO(hidden=tuple(a.get("hidden", (64, 32))), pn_width=a.get("pn_width", 32),
-                pref_dim=a.get("pref_dim", 3), n_epochs=a.get("n_epochs", 4),
-                n_minibatches=a.get("n_minibatches", 8),
-                max_grad_norm=float(a.get("max_grad_norm", 0.5)),
-                adam_eps=float(a.get("adam_eps", 1e-5)), name=cfg.name,
-                log_std_bounds=(tuple(float(x) for x in a["log_std_bounds"])
-                                if "log_std_bounds" in a else None),
-                adv_norm=a.get("adv_norm", "batch"), actor_obs_dim=actor_obs)
-    return agent, PPOHyper.make(**{k: float(v) for k, v in cfg.hyper.items()})
+def make_agent(cfg: AlgoConfig) -> tuple[Any, Any]:
+    """(agent, hyperparameters) of the preset's ``agent.kind`` (``ccjax.agents.registry``)."""
+    return kind_module(agent_kind(cfg.agent)).build(cfg)
 
 
 @dataclass
@@ -60,8 +49,8 @@ class Setup:
     env: SingleFlowEnv
     params: EnvParams
     venv: VecEnv
-    agent: PPO
-    hyper: PPOHyper
+    agent: Any  # an ``ccjax.agents.base.Agent`` of the registry
+    hyper: Any
     seed: int
 
 

@@ -26,19 +26,28 @@ import jax.numpy as jnp
 import numpy as np
 
 from ccjax.agents.drivers import compile_chunk, init_runner
-from ccjax.agents.ppo import with_anneal
 from ccjax.dirlock import DirLock
 from ccjax.errors import ConfigError
 from ccjax.train.schedules import Segment
 from ccjax.train.setup import Evaluator, Setup
 from ccjax.train.store import Checkpoints, CsvLog, check_out_dir, write_json
 
-METRIC_FIELDS = ["iteration", "phase", "cycle", "label", "wall_s", "reward", "reward_current",
-                 "reward_replay", "utilization", "latency_ratio", "loss_rate", "episode_return",
-                 "valid_frac", "policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac",
-                 "ent_coef", "std", "lr"]
-EVAL_FIELDS = ["iteration", "phase", "cycle", "wall_s", "w_thr", "w_lat", "w_loss", "reward",
-               "utilization", "latency_ratio", "loss_rate"]
+#: metrics.csv's columns before the agent's own metrics (``agent.metric_names``)
+ROLLOUT_FIELDS = ["iteration", "phase", "cycle", "label", "wall_s", "reward", "reward_current",
+                  "reward_replay", "utilization", "latency_ratio", "loss_rate",
+                  "episode_return", "valid_frac"]
+#: PPO's columns, as every PPO run's metrics.csv has them
+METRIC_FIELDS = ROLLOUT_FIELDS + ["policy_loss", "value_loss", "entropy", "approx_kl",
+                                  "clip_frac", "ent_coef", "std", "lr"]
+
+
+def eval_fields(objective_names: tuple[str, ...]) -> list[str]:
+    """eval.csv's columns: one ``w_<objective>`` per preference weight."""
+    return (["iteration", "phase", "cycle", "wall_s"] + [f"w_{n}" for n in objective_names]
+            + ["reward", "utilization", "latency_ratio", "loss_rate"])
+
+
+EVAL_FIELDS = eval_fields(("thr", "lat", "loss"))
 
 
 #: the ``meta`` entries a resumed run must share with the run it continues (an adaptation's)
@@ -149,8 +158,9 @@ class Trainer:
             check_resume(out, mine)
         else:
             write_json(cfg_path, mine)
-        self.metrics = CsvLog(out / "metrics.csv", METRIC_FIELDS)
-        self.evals = CsvLog(out / "eval.csv", EVAL_FIELDS)
+        self.metric_names = list(self.setup.agent.metric_names)
+        self.metrics = CsvLog(out / "metrics.csv", ROLLOUT_FIELDS + self.metric_names)
+        self.evals = CsvLog(out / "eval.csv", eval_fields(self.setup.env.spec.objective_names))
         self.ckpt = Checkpoints(out / "checkpoints")
 
     # -- compiled pieces -----------------------------------------------------------------------
@@ -179,8 +189,7 @@ class Trainer:
         key = jax.random.PRNGKey(s.seed)
         state = self.init_state
         if state is None:
-            state = s.agent.init(jax.random.fold_in(key, 0), s.env.obs_dim, s.env.action_dim,
-                                 s.hyper)
+            state = s.agent.init(jax.random.fold_in(key, 0), s.env.spec, s.hyper)
         prog: dict[str, Any] = {"iteration": 0, "segment": 0, "seg_iter": 0, "evals": [],
                                 "wall_s": 0.0, "eval_s": 0.0, "metric_rows": 0, "eval_rows": 0,
                                 "valid_steps": 0.0, "done": False}
@@ -196,15 +205,17 @@ class Trainer:
         if prog["iteration"] == 0:
             # a new run (or an adaptation, which starts at its source's iteration) anneals over
             # its own planned length; a resumed one keeps the schedule its checkpoint holds
-            state = state.replace(hyper=with_anneal(
-                state.hyper, s.cfg.train.get("anneal", "constant"), int(state.iteration),
-                getattr(self.schedule, "max_iters", 0)))
+            state = s.agent.plan_run(state, s.cfg.train, int(state.iteration),
+                                     getattr(self.schedule, "max_iters", 0))
         eval_prefs = np.asarray(self.schedule.eval_prefs, np.float32)
         t = s.cfg.train
         evaluator = Evaluator(s, len(eval_prefs), t.get("eval_links", 8), t.get("eval_steps", 200))
         total = getattr(self.schedule, "max_iters", None)
         bar = _Bar(total, prog["iteration"], self.progress)
         runner = None
+        params = s.params
+        if getattr(self.schedule, "draw_per_episode", False):
+            params = params.replace(pref_draw=jnp.ones((), bool))  # AUTO: one w per episode
         last_ckpt = prog["iteration"]
         try:
             if (getattr(self.schedule, "eval_at_start", False) and prog["iteration"] == 0
@@ -217,7 +228,7 @@ class Trainer:
                     prog["done"] = seg is None
                     break
                 if runner is None:
-                    runner = init_runner(s.venv, s.agent, state, s.params,
+                    runner = init_runner(s.venv, s.agent, state, params,
                                          jax.random.fold_in(key, 1 + prog["iteration"]))
                 while prog["seg_iter"] < seg.n_iters:
                     n = min(self.chunk, seg.n_iters - prog["seg_iter"])
@@ -227,7 +238,7 @@ class Trainer:
                             break
                     prefs = jnp.asarray(np.stack([seg.prefs(prog["seg_iter"] + i)
                                                   for i in range(n)]))
-                    args = (state, runner, s.params, prefs)
+                    args = (state, runner, params, prefs)
                     fn, place = self._chunk_fn(n, args)
                     t1 = time.perf_counter()
                     state, runner, (m, st) = fn(*place(args))
@@ -283,9 +294,10 @@ class Trainer:
         t1 = time.perf_counter()
         res = evaluator(state, eval_prefs)
         prog["eval_s"] += time.perf_counter() - t1
+        names = self.setup.env.spec.objective_names
         self.evals.append([
             dict(iteration=prog["iteration"], phase=phase, cycle=cycle, wall_s=prog["wall_s"],
-                 w_thr=float(w[0]), w_lat=float(w[1]), w_loss=float(w[2]),
+                 **{f"w_{n}": float(w[j]) for j, n in enumerate(names)},
                  reward=float(res["reward"][i]), utilization=float(res["utilization"][i]),
                  latency_ratio=float(res["latency_ratio"][i]),
                  loss_rate=float(res["loss_rate"][i]))
@@ -318,8 +330,7 @@ class Trainer:
                 row["reward_replay"] = float(er[c:].sum() / max(ev[c:].sum(), 1.0))
             else:
                 row["reward_current"] = row["reward"]
-            for k in ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac",
-                      "ent_coef", "std", "lr"):
+            for k in self.metric_names:
                 row[k] = float(getattr(m, k)[i])
             rows.append(row)
         return rows
@@ -368,7 +379,7 @@ class Trainer:
             best.close()
         s = self.setup
         pref = getattr(self.schedule, "preference", None) if s.agent.pref_dim else None
-        save_policy(self.out / "policy", s.agent, state.actor, s.env, s.params,
+        save_policy(self.out / "policy", s.agent, s.agent.actor_params(state), s.env, s.params,
                     algo=s.cfg.name, preference=None if pref is None else list(pref))
 
 
