@@ -81,3 +81,34 @@ class Critic(nn.Module):
     def __call__(self, obs: jnp.ndarray) -> jnp.ndarray:
         x = PrefTrunk(self.hidden, self.pref_dim, self.pn_width, name="trunk")(obs)
         return nn.Dense(1, name="v")(x)[..., 0]
+
+
+class PrefAfterTrunk(nn.Module):
+    """AUTO's actor-critic network (AUTO §3.2): a shared trunk of ReLU layers reads the state
+    (the observation after its first ``pref_dim`` values), the preference w is concatenated
+    after the trunk, and two heads follow: the policy's logits over the discrete actions and
+    the vector value V(s, w), one value per objective (Eq. 5). Each head is one ReLU layer of
+    ``head_width`` and a linear output; the paper gives no widths.
+
+    Parameter names (what export writes, flattened with "/"): ``trunk_h{i}/{kernel,bias}``,
+    ``pi_h0``, ``pi_out``, ``v_h0``, ``v_out``. The actor is the whole network (the policy
+    head needs the trunk); deployment evaluates only the policy head."""
+
+    hidden: Sequence[int] = (128, 128, 128)
+    head_width: int = 64
+    pref_dim: int = 2
+    n_actions: int = 7
+    n_objectives: int = 2
+
+    @nn.compact
+    def __call__(self, obs: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+        w, x = obs[..., : self.pref_dim], obs[..., self.pref_dim:]
+        for i, h in enumerate(self.hidden):
+            x = nn.relu(nn.Dense(h, name=f"trunk_h{i}")(x))
+        z = jnp.concatenate([x, w], -1)
+        p = nn.relu(nn.Dense(self.head_width, name="pi_h0")(z))
+        logits = nn.Dense(self.n_actions, name="pi_out",
+                          kernel_init=nn.initializers.orthogonal(0.01))(p)
+        v = nn.relu(nn.Dense(self.head_width, name="v_h0")(z))
+        value = nn.Dense(self.n_objectives, name="v_out")(v)
+        return logits, value

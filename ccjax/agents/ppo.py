@@ -129,6 +129,12 @@ class PPO:
     def metric_names(self) -> tuple[str, ...]:
         return tuple(PPOMetrics.__dataclass_fields__)
 
+    def export_network(self) -> dict:
+        """The actor's description in an exported policy (``ccjax.agents.export``)."""
+        return {"kind": "gaussian-mlp", "activation": "tanh", "hidden": [int(h) for h in
+                                                                      self.hidden],
+                "pn_width": int(self.pn_width), "pref_dim": int(self.pref_dim)}
+
     @staticmethod
     def actor_params(state: PPOState) -> dict:
         """The actor's flax variables: what export writes and a controller runs."""

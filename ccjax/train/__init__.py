@@ -13,7 +13,7 @@ import numpy as np
 from ccjax.algos import AlgoConfig
 from ccjax.envs.build import check_preference
 from ccjax.errors import ConfigError
-from ccjax.train.schedules import AllAtOnce, Fixed, TwoPhase, fmt
+from ccjax.train.schedules import AllAtOnce, Fixed, PerEpisode, TwoPhase, fmt
 from ccjax.train.setup import build
 from ccjax.train.store import Checkpoints
 from ccjax.train.trainer import Trainer, check_max_iters, check_out, check_resume, read_config
@@ -42,6 +42,14 @@ def make_schedule(cfg: AlgoConfig, seed: int = 0) -> Any:
         return TwoPhase(n, **common)
     if kind == "all-at-once":
         return AllAtOnce(n, **common)
+    if kind == "episode":
+        from ccjax.envs.rewards import OBJECTIVES
+
+        if "iters" not in t:
+            raise ConfigError("train.iters is missing: the episode schedule needs a number of "
+                              "iterations (>= 1)")
+        k = len(OBJECTIVES[cfg.env.get("reward", "mocc")])
+        return PerEpisode(n, k, t["iters"], t.get("eval_every", 8))
     pref = cfg.env.get("preference", (1 / 3, 1 / 3, 1 / 3))
     w = check_preference(pref, "env.preference")
     if "iters" not in t:
@@ -62,10 +70,13 @@ def check_options(cfg: AlgoConfig, overrides: bool = True) -> None:
     kind = cfg.train.get("schedule", "two-phase")
     given = cfg.overrides if overrides else {}
     for key, value in given.items():
-        if kind == "fixed" and key in LANDMARK_KEYS:
-            raise ConfigError(f"{key}={value!r} is invalid with train.schedule='fixed': only "
+        if kind == "episode" and key == "env.preference":
+            raise ConfigError(f"{key}={value!r} is invalid with train.schedule='episode': "
+                              "every episode draws its own preference from the simplex")
+        if kind in ("fixed", "episode") and key in LANDMARK_KEYS:
+            raise ConfigError(f"{key}={value!r} is invalid with train.schedule={kind!r}: only "
                               "the landmark schedules (two-phase, all-at-once) use it")
-        if kind != "fixed" and key in FIXED_KEYS:
+        if kind in ("two-phase", "all-at-once") and key in FIXED_KEYS:
             why = ("the landmarks are the training preferences" if key == "env.preference" else
                    "it trains until the landmark reward converges or train.max_cycles ends it")
             raise ConfigError(f"{key}={value!r} is invalid with train.schedule={kind!r}: only "
@@ -76,7 +87,7 @@ def check_options(cfg: AlgoConfig, overrides: bool = True) -> None:
                           f"{cfg.name}'s agent.pref_dim=0 and env.reward='aurora': neither the "
                           "policy (no preference input) nor Aurora's reward reads it; with "
                           "env.reward='mocc' (--reward mocc) it is the reward's weights")
-    if kind != "fixed":
+    if kind in ("two-phase", "all-at-once"):
         _check_landmarks(cfg, kind, "the run's config")
 
 

@@ -188,5 +188,42 @@ class Fixed:
                        n_current=half)
 
 
+@dataclass(frozen=True)
+class PerEpisode:
+    """Every episode draws its own preference uniformly from the simplex and keeps it (AUTO
+    §3.3, Algorithm 1: "one omega per episode"): ``iters`` iterations, evaluated every
+    ``eval_every`` at ``eval_prefs`` (for two objectives w_t = 0.1, 0.3, 0.5, 0.7, 0.9, the
+    points AUTO's fronts are drawn through), the best evaluation (mean over them) exported."""
+
+    n_envs: int
+    n_objectives: int
+    iters: int
+    eval_every: int = 8
+    phase: str = "episode"
+    draw_per_episode: bool = True  # the trainer sets ``EnvParams.pref_draw``
+    eval_at_start: bool = False
+
+    @property
+    def eval_prefs(self) -> np.ndarray:
+        if self.n_objectives == 2:
+            wt = np.asarray([0.1, 0.3, 0.5, 0.7, 0.9], np.float32)
+            return np.stack([wt, 1.0 - wt], -1)
+        return np.asarray(simplex_grid(0.25), np.float32)
+
+    @property
+    def max_iters(self) -> int:
+        return self.iters
+
+    def segment(self, k: int, evals: list[float]) -> Segment | None:
+        start = k * self.eval_every
+        if start >= self.iters:
+            return None
+        n = min(self.eval_every, self.iters - start)
+        # the per-environment preference is unused (each episode draws its own); its shape
+        # is what the compiled chunk takes
+        zeros = np.zeros((self.n_envs, self.n_objectives), np.float32)
+        return Segment(self.phase, 0, "w per episode", n, lambda i: zeros, True)
+
+
 def fmt(w) -> str:
     return "<" + ",".join(f"{float(x):.2f}" for x in w) + ">"
