@@ -736,17 +736,17 @@ def cmd_adapt(args) -> int:
 
 
 def _add_train(sub) -> None:
-    t = sub.add_parser("train", help="train a learned controller (PPO-MOCC, Aurora)",
+    t = sub.add_parser("train", help="train a learned controller (PPO-MOCC, Aurora, AUTO)",
                        description="Train an algorithm preset (algos/*.toml) into --out: "
                        "metrics.csv and eval.csv as they come, orbax checkpoints, the exported "
                        "policy at the end. --resume continues a killed run.")
     t.add_argument("--algo", default="ppo-mocc", help="preset name (algos/) or TOML path")
     t.add_argument("--scenario", help="training scenario (default: the preset's)")
     t.add_argument("--landmarks-step", type=float, help="landmark grid step (0.1 -> 36)")
-    t.add_argument("--schedule", help="two-phase | all-at-once | fixed")
+    t.add_argument("--schedule", help="two-phase | all-at-once | fixed | episode")
     t.add_argument("--preference", type=_floats("preference"),
                    help="w_thr,w_lat,w_loss for the fixed schedule")
-    t.add_argument("--reward", help="mocc | aurora")
+    t.add_argument("--reward", help="mocc | aurora | auto")
     t.add_argument("--iters", type=int, help="iterations of the fixed schedule")
     t.add_argument("--n-envs", type=int, help="parallel environments")
     t.add_argument("--set", type=_set_value, action="append", metavar="TABLE.KEY=VALUE",
@@ -827,9 +827,9 @@ def cmd_eval(args) -> int:
     _check_csv_path(args.csv)
     pref = args.preference
     if pref is not None:
-        from ccjax.envs.build import check_preference
+        from ccjax.evaluate import check_any_preference
 
-        pref = [float(x) for x in check_preference(pref)]
+        pref = [float(x) for x in check_any_preference(pref)]
     methods = ([resolve_method(m, pref, kind="policy") for m in args.model]
                + [resolve_method(c, pref, kind="controller") for c in args.cc])
     res = evaluate(methods, args.scenario, args.links, seed=args.seed,
@@ -1206,7 +1206,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_eval(sub)
     _add_sweep(sub)
     _add_prefeval(sub)
+    from ccjax.commands.adam import add_adam
     from ccjax.plot.cli import add_plot
+
+    add_adam(sub)
 
     add_plot(sub)
     return ap
@@ -1255,6 +1258,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_results(args)
         if args.command == "prefeval":
             return cmd_prefeval(args)
+        if args.command == "adam":
+            from ccjax.commands.adam import cmd_adam
+
+            return cmd_adam(args)
         if args.command == "plot":
             from ccjax.plot.cli import cmd_plot
 

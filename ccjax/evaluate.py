@@ -123,7 +123,6 @@ def resolve_method(name: str | os.PathLike, preference: Sequence[float] | None =
     models (give ``./cubic`` or ``./mocc`` for a directory of that name). ``kind="controller"``
     accepts controller and shipped model names, ``kind="policy"`` shipped models and
     directories. ``preference`` replaces a model's own."""
-    from ccjax.envs.build import check_preference
     from ccjax.models import model_names, shipped_model
 
     require(kind in (None, "controller", "policy"), "kind", kind, "controller or policy")
@@ -146,11 +145,11 @@ def resolve_method(name: str | os.PathLike, preference: Sequence[float] | None =
             models = ", ".join(model_names()) or "none"
             raise ConfigError(f"{'model' if kind else 'method'}={label!r} is invalid: {what}"
                               f"a shipped model ({models}) nor a directory holding policy.json")
-    w = None if preference is None else check_preference(preference)
-    pc = load_policy_controller(p, w)
+    pc = load_policy_controller(p, preference)  # checked against the model's own objectives
     if pc.pref_dim and pc.preference is None:
+        names = ",".join("w_" + n for n in pc.objectives)
         raise ConfigError(f"preference=None is invalid for {label!r}: the model stores no "
-                          "preference; pass one (w_thr,w_lat,w_loss)")
+                          f"preference; pass one ({names})")
     # named for the caller's label, so two policies on one link are two members of a Mix
     pc = dataclasses.replace(pc, name=label)
     return Method(label, pc, "policy", pc.preference if pc.pref_dim else None)
@@ -270,14 +269,13 @@ def evaluate(
     (default: the model's own) and the w every reward is scored with (default: the first
     model's preference, else equal weights); each row records the w it used. Everything is
     checked, and every policy loaded, before anything is compiled."""
-    from ccjax.envs.build import check_preference
 
     _check(links, duration_s, seed, model, tick_s, init_rate_frac)
     if not methods:
         raise ConfigError("methods=[] is invalid: name at least one controller or policy "
                           "directory")
     w_given = None if preference is None else tuple(float(x) for x in
-                                                    check_preference(preference))
+                                                    check_any_preference(preference))
     resolved: list[Method] = []
     for m in methods:
         m = m if isinstance(m, Method) else resolve_method(m, w_given)
@@ -304,7 +302,7 @@ def evaluate(
     out = EvalResult(scenario=label, seed=int(seed), duration_s=float(duration_s), model=model,
                      tick_s=float(tick_s), n_links=B)
     for m in resolved:
-        w = np.asarray(m.preference or w_default, np.float64)
+        w = scoring_weights(m.preference or w_default)
         cfg, batch, cap, timeline = setup(resolve_tick(tick_s, [m.controller], specs,
                                                        model))
         params = _batched_params(m, B, cfg.n_flows, cap, init_rate_frac)
@@ -393,6 +391,24 @@ def _run_cached(cfg: Any, ctl: Controller, timeline: Timeline, links: Any, param
                     queue_end=np.asarray(qend), wall_s=wall, compile_s=compile_s,
                     cwnd_end=np.asarray(cwnd))
     return res, compile_s
+
+
+def check_any_preference(w: Sequence[float]) -> np.ndarray:
+    """A preference of MOCC's three objectives or AUTO's two (throughput, delay), on the
+    simplex; which one a policy takes, its controller checks when it loads."""
+    from ccjax.envs.build import check_preference
+    from ccjax.envs.rewards import OBJECTIVES
+
+    names = OBJECTIVES["auto"] if len(list(w)) == 2 else OBJECTIVES["mocc"]
+    return check_preference(w, names=names)
+
+
+def scoring_weights(w: Sequence[float]) -> np.ndarray:
+    """The three weights a run's MOCC reward is scored with: the preference itself, or for
+    AUTO's two (w_thr, w_delay) MOCC's (w_thr, w_delay, 0), its latency objective being base
+    RTT over RTT as AUTO's delay objective is that minus 1 (``ccjax.envs.rewards``)."""
+    v = np.asarray([float(x) for x in w], np.float64)
+    return v if v.shape == (3,) else np.asarray([v[0], v[1], 0.0])
 
 
 def check_preferences(preferences: Any) -> np.ndarray:

@@ -20,7 +20,7 @@ import pytest
 from flax import traverse_util
 
 from ccjax import deploy
-from ccjax.agents.export import load_policy, save_policy
+from ccjax.agents.export import deterministic_action, load_policy, save_policy
 from ccjax.agents.ppo import PPO
 from ccjax.envs.build import make_single_flow
 from ccjax.errors import ConfigError
@@ -32,11 +32,11 @@ N_MI = 30
 N_HIST = 10
 
 
-def _actor(agent: PPO, obs_dim: int, seed: int = 0) -> dict:
+def _actor(agent: PPO, spec, seed: int = 0) -> dict:
     """Random actor params, perturbed so the mean action is far from 0 (the head's orthogonal
     init with gain 0.01 would make every rate change tiny)."""
     k_init, k_noise = jax.random.split(jax.random.PRNGKey(seed))
-    params = agent.init(k_init, obs_dim).actor
+    params = agent.init(k_init, spec).actor
     leaves, tree = jax.tree.flatten(params)
     keys = jax.random.split(k_noise, len(leaves))
     leaves = [x + 0.3 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys, strict=True)]
@@ -55,7 +55,7 @@ def saved(request, tmp_path_factory):
                                    preference=PREF, init_rate=(1.3, 1.3),
                                    log_ratios=log_ratios)
     agent = PPO(pref_dim=3 if use_pref else 0)
-    actor = _actor(agent, env.obs_dim)
+    actor = _actor(agent, env.spec)
     path = tmp_path_factory.mktemp(algo) / "policy"
     out = save_policy(path, agent, actor, env, params, algo,
                       preference=PREF if use_pref else None)
@@ -65,12 +65,17 @@ def saved(request, tmp_path_factory):
 
 def test_files_and_metadata(saved):
     meta = json.loads((saved["path"] / "policy.json").read_text())
-    assert meta["format"] == "ccjax-policy/1"
+    assert meta["format"] == "ccjax-policy/2" == deploy.FORMAT
     assert meta["algo"] == saved["algo"]
-    assert meta["hidden"] == [64, 32] and meta["pn_width"] == 32 and meta["history"] == 10
-    assert meta["pref_dim"] == (0 if saved["algo"] == "aurora" else 3)
+    assert meta["network"] == {"kind": "gaussian-mlp", "activation": "tanh", "hidden": [64, 32],
+                               "pn_width": 32,
+                               "pref_dim": 0 if saved["algo"] == "aurora" else 3}
+    # the network's fields live only under "network" (no format-1 copies at the top level)
+    assert not {"hidden", "pn_width", "pref_dim", "activation"} & set(meta)
+    assert meta["history"] == 10
+    assert meta["features"] == "mocc" and meta["action_map"] == "mocc"
+    assert meta["objectives"] == ["thr", "lat", "loss"] and meta["mi_min_rtts"] is None
     assert meta["alpha"] == pytest.approx(0.025) and meta["mi_rtts"] == pytest.approx(0.5)
-    assert meta["activation"] == "tanh"
     assert meta["log_ratios"] is saved["log_ratios"]
     assert 0 < meta["min_rate"] < meta["max_rate"]
     assert meta["preference"] == (None if saved["algo"] == "aurora"
@@ -83,10 +88,11 @@ def test_files_and_metadata(saved):
 
 
 def test_load_policy_round_trip(saved):
-    agent, actor, meta = load_policy(saved["path"])
-    assert tuple(agent.hidden) == (64, 32)
-    assert agent.pref_dim == saved["agent"].pref_dim and agent.pn_width == 32
-    assert meta["algo"] == saved["algo"]
+    module, actor, meta = load_policy(saved["path"])
+    assert module == saved["agent"].actor_net  # the same GaussianActor
+    assert tuple(module.hidden) == (64, 32)
+    assert module.pref_dim == saved["agent"].pref_dim and module.pn_width == 32
+    assert meta["algo"] == saved["algo"] and meta["format"] == deploy.FORMAT
     a = traverse_util.flatten_dict(saved["actor"]["params"], sep="/")
     b = traverse_util.flatten_dict(actor["params"], sep="/")
     assert set(a) == set(b)
@@ -94,8 +100,10 @@ def test_load_policy_round_trip(saved):
         np.testing.assert_array_equal(np.asarray(a[k]), np.asarray(b[k]), err_msg=k)
     obs = jax.random.normal(jax.random.PRNGKey(1), (4, saved["env"].obs_dim))
     m0, _ = saved["agent"].actor_net.apply(saved["actor"], obs)
-    m1, _ = agent.actor_net.apply(actor, obs)
+    m1, _ = module.apply(actor, obs)
     np.testing.assert_array_equal(np.asarray(m0), np.asarray(m1))
+    a = deterministic_action(meta, module, actor, obs)
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(m0)[:, 0])
 
 
 def test_numpy_policy_matches_jax_actor(saved):
@@ -164,7 +172,7 @@ def test_mocc_accepts_objects_and_eq1():
     weights = {"trunk/h0/kernel": np.zeros((30, 4)), "trunk/h0/bias": np.zeros(4),
                "mean/kernel": np.zeros((4, 1)), "mean/bias": np.full(1, 2.0),
                "log_std": np.zeros(1)}
-    meta = dict(format=deploy.FORMAT, algo="aurora", hidden=[4], pn_width=32, pref_dim=0,
+    meta = dict(format=deploy.FORMAT_V1, algo="aurora", hidden=[4], pn_width=32, pref_dim=0,
                 history=hist, alpha=0.025, mi_rtts=0.5, min_rate=1500.0, max_rate=1.5e8,
                 activation="tanh", preference=None)
     pol = deploy.Policy(weights, meta)
@@ -229,7 +237,7 @@ def test_load_rejects_wrong_format_and_shapes(saved, tmp_path):
     bad = tmp_path / "fmt"
     bad.mkdir()
     (bad / "policy.npz").write_bytes((src / "policy.npz").read_bytes())
-    (bad / "policy.json").write_text(json.dumps({**meta, "format": "ccjax-policy/2"}))
+    (bad / "policy.json").write_text(json.dumps({**meta, "format": "ccjax-policy/9"}))
     with pytest.raises(ConfigError, match="format"):
         load_policy(bad)
     with pytest.raises(deploy.PolicyError, match="format"):
@@ -239,7 +247,8 @@ def test_load_rejects_wrong_format_and_shapes(saved, tmp_path):
         load_policy(bad)
     with pytest.raises(deploy.PolicyError, match="shape"):
         deploy.load(bad)
-    (bad / "policy.json").write_text(json.dumps({**meta, "hidden": [64]}))
+    (bad / "policy.json").write_text(
+        json.dumps({**meta, "network": {**meta["network"], "hidden": [64]}}))
     with pytest.raises(ConfigError, match="not part of this network"):
         load_policy(bad)
     with pytest.raises(deploy.PolicyError, match="extra"):
@@ -261,11 +270,46 @@ def test_save_policy_rejects_mismatch(saved, tmp_path):
                     preference=(0.5, 0.5, 0.5))
 
 
+def _as_v1(meta: dict) -> dict:
+    """The format-1 file of a MOCC/Aurora policy.json of format 2."""
+    v1 = {k: v for k, v in meta.items() if k not in ("network", "features", "action_map",
+                                                      "objectives", "mi_min_rtts")}
+    net = meta["network"]
+    return {**v1, "format": "ccjax-policy/1", "hidden": net["hidden"],
+            "pn_width": net["pn_width"], "pref_dim": net["pref_dim"],
+            "activation": net["activation"]}
+
+
+def test_format_1_files_load_and_act_the_same(saved, tmp_path):
+    d = tmp_path / "v1"
+    shutil.copytree(saved["path"], d)
+    meta = json.loads((d / "policy.json").read_text())
+    (d / "policy.json").write_text(json.dumps(_as_v1(meta)))
+    module, actor, m1 = load_policy(d)
+    assert m1["format"] == "ccjax-policy/1"
+    assert m1["network"] == meta["network"] and m1["mi_min_rtts"] is None
+    assert m1["features"] == "mocc" and m1["objectives"] == ["thr", "lat", "loss"]
+    pol1, pol2 = deploy.load(d), deploy.load(saved["path"])
+    obs = np.random.default_rng(0).normal(size=(8, pol1.obs_dim))
+    np.testing.assert_array_equal(pol1.actions(obs), pol2.actions(obs))
+    np.testing.assert_allclose(pol1.actions(obs), np.asarray(deterministic_action(
+        m1, module, actor, jnp.asarray(obs, jnp.float32))), atol=1e-5)
+
+
 def test_files_without_log_ratios_read_as_raw_features(saved, tmp_path):
-    """A policy.json written before ``log_ratios`` existed means raw features, in both readers."""
+    """A format-1 policy.json written before ``log_ratios`` existed means raw features, in both
+    readers; format 2 always has the field."""
     d = tmp_path / "old"
     shutil.copytree(saved["path"], d)
     meta = json.loads((d / "policy.json").read_text())
+    v2 = dict(meta)
+    del v2["log_ratios"]
+    (d / "policy.json").write_text(json.dumps(v2))
+    with pytest.raises(deploy.PolicyError, match="'log_ratios' is missing"):
+        deploy.load(d)
+    with pytest.raises(ConfigError, match="'log_ratios' is missing"):
+        load_policy(d)
+    meta = _as_v1(meta)
     del meta["log_ratios"]
     (d / "policy.json").write_text(json.dumps(meta))
     assert deploy.load(d).log_ratios is False

@@ -58,7 +58,8 @@ def _env_and_controller_rates(model: str, init_frac: float, n_mi: int, log_ratio
         lambda o, s: jax.lax.scan(body, (o, s), None, length=n_mi))(obs, st)
     env_rates, env_ticks = np.asarray(env_rates), np.asarray(env_ticks)
 
-    pc = PolicyController(ppo=ppo, actor=actor, preference=PREF, log_ratios=log_ratios)
+    pc = PolicyController(net=ppo.actor_net, actor=actor, preference=PREF,
+                          log_ratios=log_ratios)
     p = pc.make_params(1, init_rate=st.rate)  # the environment's initial rate
     link = jax.tree.map(lambda x: x[0], ep.links)
     s0 = init_state(env.sim, link, pc, p, st.sim.key)

@@ -14,9 +14,9 @@ from ccjax.agents.ppo import PPO, PPOAux, PPOHyper, with_anneal
 from ccjax.agents.returns import gae
 from ccjax.algos import load_algo
 from ccjax.envs.build import make_single_flow
+from ccjax.envs.spec import ActionSpace, EnvSpec
 from ccjax.envs.vec import VecEnv
 from ccjax.errors import ConfigError
-from ccjax.envs.spec import ActionSpace, EnvSpec
 from ccjax.sim.link import LinkSpec
 
 

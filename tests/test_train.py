@@ -195,7 +195,7 @@ def test_train_resume_and_adapt(tmp_path):
     assert all(0.0 <= float(r["reward"]) <= 1.0 for r in ev)
     assert (out / "policy" / "policy.json").is_file()
     meta = json.loads((out / "policy" / "policy.json").read_text())
-    assert meta["pref_dim"] == 3 and meta["hidden"] == [64, 32]
+    assert meta["network"]["pref_dim"] == 3 and meta["network"]["hidden"] == [64, 32]
     # a different config cannot resume this run
     with pytest.raises(ConfigError, match="differs"):
         train(load_algo("ppo-mocc", {**TINY, "hyper.lr": 3e-4}), out, resume=True,
@@ -262,7 +262,8 @@ def test_aurora_trains_on_one_preference_and_exports(tmp_path):
     # evaluated before training and every 2 iterations, on its one preference
     assert [r["iteration"] for r in ev] == ["0", "2", "4"]
     meta = json.loads((tmp_path / "aurora" / "policy" / "policy.json").read_text())
-    assert meta["pref_dim"] == 0 and meta["hidden"] == [32, 16] and meta["preference"] is None
+    assert meta["network"]["pref_dim"] == 0 and meta["network"]["hidden"] == [32, 16]
+    assert meta["preference"] is None
 
 
 @pytest.mark.slow

@@ -1,54 +1,107 @@
 """Save a trained actor for deployment and load it back (the JAX side of ``ccjax.deploy``).
 
-A policy directory holds two files (format ``ccjax-policy/1``; ``ccjax.deploy`` reads the same
-files with NumPy alone, so a datapath needs neither JAX nor this package):
+A policy directory holds two files; ``ccjax.deploy`` reads the same files with NumPy alone, so
+a datapath needs neither JAX nor this package:
 
-* ``policy.npz``: the actor's flax params, flattened with
-  ``flax.traverse_util.flatten_dict(params["params"], sep="/")``: ``trunk/pn/kernel``,
+* ``policy.npz``: the network's flax params, flattened with
+  ``flax.traverse_util.flatten_dict(params["params"], sep="/")``. For ``gaussian-mlp``
+  (``ccjax.agents.networks.GaussianActor``, PPO-MOCC and Aurora): ``trunk/pn/kernel``,
   ``trunk/pn/bias`` (MOCC's preference sub-network, only when ``pref_dim`` > 0),
   ``trunk/h0/kernel``, ``trunk/h0/bias``, ``trunk/h1/...``, ``mean/kernel``, ``mean/bias``,
-  ``log_std`` (``ccjax.agents.networks.GaussianActor``);
-* ``policy.json``: what the forward pass and the rate update need beside the weights: network
-  sizes, the observation's history length, MOCC Eq. 1's ``alpha``, the MI length in RTTs
-  (Aurora: 0.5), the rate bounds (bytes/s), the preference the model was trained or adapted
-  for (``null`` if none) and ``log_ratios`` (the sending and latency ratios enter the network as
-  logs, ``ccjax.envs.features.encode``; a file without the field predates it and means false).
+  ``log_std``. For ``discrete-pref-after-trunk`` (``networks.PrefAfterTrunk``, AUTO):
+  ``trunk_h{i}/{kernel,bias}``, ``pi_h0``, ``pi_out``, ``v_h0``, ``v_out`` (the whole network:
+  the policy head needs the trunk; deployment evaluates only the policy head).
+* ``policy.json``: format ``ccjax-policy/2``: the network's description (``"network"``, what
+  the agent's ``export_network()`` returns), what the environment did around the network in
+  training (``features``, ``action_map``, ``objectives``, ``history``, ``alpha``, ``mi_rtts``,
+  ``mi_min_rtts`` (null: no MI cap), ``min_rate``, ``max_rate`` in bytes/s, ``log_ratios``),
+  the preference the model was trained or adapted for (``null`` if none), ``algo`` and
+  ``format``. The fields and their rules have one home, ``ccjax.deploy.read_meta``, which both
+  readers use (this module turns its ``PolicyError`` into a ``ConfigError``).
 
-Only the deterministic action (the Gaussian's mean) is used at deployment: MOCC §6 runs the
-trained actor and no exploration.
+The network's fields live only under ``"network"``: format 2 writes no top-level copies of
+``hidden``, ``pn_width``, ``pref_dim`` and ``activation`` (format 1's places for them), since no
+format-1 reader would read the file anyway (each refuses any other format) and two copies could
+disagree. Format 1 (``ccjax-policy/1``, the shipped ``mocc`` model) is still read: it means a
+``gaussian-mlp``, MOCC's features and action map, MOCC's three objectives and no MI cap.
+
+Only the deterministic action is used at deployment (``deterministic_action``): the Gaussian's
+mean (MOCC §6 runs the trained actor and no exploration), or the argmax of AUTO's logits.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
-from ccjax.agents.ppo import PPO
+from ccjax import deploy
+from ccjax.agents.networks import GaussianActor, PrefAfterTrunk
 from ccjax.envs.build import check_preference
-from ccjax.envs.features import state_dim
+from ccjax.envs.features import FEATURE_SETS, state_dim
 from ccjax.envs.single_flow import EnvParams, SingleFlowEnv
 from ccjax.errors import ConfigError, require
 
-FORMAT = "ccjax-policy/1"
-PARAMS_FILE = "policy.npz"
-META_FILE = "policy.json"
-#: the json fields every policy carries, and their types (``preference`` may also be null)
-_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "format": str, "algo": str, "hidden": list, "pn_width": int, "pref_dim": int,
-    "history": int, "alpha": (int, float), "mi_rtts": (int, float), "min_rate": (int, float),
-    "max_rate": (int, float), "activation": str, "preference": (list, type(None)),
-}
-#: fields added after the format's first files, with the value a file without them means
-OPTIONAL_FIELDS: dict[str, Any] = {"log_ratios": False}
+FORMAT = deploy.FORMAT
+FORMAT_V1 = deploy.FORMAT_V1
+FORMATS = deploy.FORMATS
+PARAMS_FILE = deploy.PARAMS_FILE
+META_FILE = deploy.META_FILE
+#: network kind -> its flax module class (``network_module`` builds one from a description)
+NETWORK_MODULES: dict[str, type[nn.Module]] = {"gaussian-mlp": GaussianActor,
+                                               "discrete-pref-after-trunk": PrefAfterTrunk}
+
+
+class LoadedPolicy(NamedTuple):
+    """What ``load_policy`` returns (unpacks as ``module, params, meta``)."""
+
+    module: nn.Module  # the network, built from meta["network"] (``network_module``)
+    params: dict  # its flax variables, {"params": ...}, for ``module.apply``
+    meta: dict  # policy.json in format 2's shape (``ccjax.deploy.read_meta``)
+
+
+def network_module(net: Mapping[str, Any]) -> nn.Module:
+    """The flax module a (validated) network description stands for."""
+    kind = net["kind"]
+    if kind == "gaussian-mlp":
+        return GaussianActor(1, tuple(net["hidden"]), int(net["pref_dim"]), int(net["pn_width"]))
+    if kind == "discrete-pref-after-trunk":
+        return PrefAfterTrunk(tuple(net["hidden"]), int(net["head_width"]), int(net["pref_dim"]),
+                              int(net["n_actions"]), int(net["n_objectives"]))
+    raise ConfigError(f"network.kind={kind!r} is invalid: one of {', '.join(NETWORK_MODULES)}")
+
+
+def greedy_action(kind: str, module: nn.Module, params: Any, obs: jnp.ndarray) -> jnp.ndarray:
+    """(...,) deterministic actions of network ``kind`` for observations (..., obs_dim): the
+    Gaussian's mean (float32), or the argmax of the logits (int32)."""
+    out, _ = module.apply(params, obs)
+    if kind == "gaussian-mlp":
+        return out[..., 0]
+    if kind == "discrete-pref-after-trunk":
+        return jnp.argmax(out, -1).astype(jnp.int32)
+    raise ConfigError(f"network.kind={kind!r} is invalid: one of {', '.join(NETWORK_MODULES)}")
+
+
+def deterministic_action(meta: Mapping[str, Any], module: nn.Module, params: Any,
+                         obs: jnp.ndarray) -> jnp.ndarray:
+    """The greedy action of a loaded policy (``load_policy``'s three values) for ``obs``."""
+    return greedy_action(meta["network"]["kind"], module, params, obs)
+
+
+def obs_dim(meta: Mapping[str, Any]) -> int:
+    """The network's input length: the preference, then ``history`` MIs of features."""
+    return state_dim(int(meta["network"]["pref_dim"]), int(meta["history"]),
+                     FEATURE_SETS[meta["features"]].n)
 
 
 def _write_atomic(dest: Path, write) -> None:
@@ -64,36 +117,55 @@ def _write_atomic(dest: Path, write) -> None:
         raise
 
 
-def save_policy(path: str | os.PathLike, agent: PPO, actor_params: dict, env: SingleFlowEnv,
+def _validated(meta: Any, where: str) -> dict:
+    """``deploy.read_meta`` with its errors as ``ConfigError``."""
+    try:
+        return deploy.read_meta(meta, where)
+    except deploy.PolicyError as e:
+        raise ConfigError(str(e)) from None
+
+
+def save_policy(path: str | os.PathLike, agent: Any, actor_params: dict, env: SingleFlowEnv,
                 params: EnvParams, algo: str, preference: Sequence[float] | None = None
                 ) -> Path:
-    """Write ``policy.npz`` and ``policy.json`` of a PPO actor (MOCC or Aurora) to the directory
-    ``path`` (created if missing) and return it. ``actor_params`` is the actor's variable dict
-    (``{"params": ...}``, e.g. ``PPOState.actor``); ``env`` and ``params`` give the observation
-    layout and the rate update the actor was trained with."""
+    """Write ``policy.npz`` and ``policy.json`` (format ``ccjax-policy/2``) of a trained agent to
+    the directory ``path`` (created if missing) and return it. ``agent`` is any registered
+    agent: its ``export_network()`` describes the network; ``actor_params`` is that network's
+    variable dict (``{"params": ...}``, the agent's ``actor_params(state)``); ``env`` and
+    ``params`` give the observation layout, the action map and the MI rule it was trained
+    with; ``preference`` (one weight per objective) the one it runs at unless told otherwise."""
     require(isinstance(algo, str) and bool(algo), "algo", algo, "a non-empty name")
-    want_pref = 3 if env.use_pref else 0
-    require(agent.pref_dim == want_pref, "pref_dim", agent.pref_dim,
-            f"{want_pref}: the environment's observation {'has' if want_pref else 'has no'} "
-            "preference")
-    pref = None if preference is None else [float(x) for x in check_preference(preference)]
-    require(pref is None or agent.pref_dim > 0, "preference", preference,
+    export = getattr(agent, "export_network", None)
+    require(callable(export), "agent", type(agent).__name__,
+            "an agent with export_network() (ccjax.agents.registry)")
+    net = dict(export())
+    pref_dim = net.get("pref_dim")
+    want = env.pref_dim
+    require(pref_dim == want, "pref_dim", pref_dim,
+            f"{want}: the environment's observation has "
+            f"{f'{want} preference weights' if want else 'no preference'}")
+    names = tuple(env.objectives)
+    pref = (None if preference is None
+            else [float(x) for x in check_preference(preference, names=names)])
+    require(pref is None or pref_dim > 0, "preference", preference,
             "null for a policy without preference input (pref_dim=0)")
     try:
         flat = traverse_util.flatten_dict(actor_params["params"], sep="/")
     except (KeyError, TypeError):
         raise ConfigError("actor_params is invalid: a flax variable dict {'params': ...}, "
-                          "such as PPOState.actor") from None
+                          "such as the agent's actor_params(state)") from None
     arrays = {k: np.asarray(jax.device_get(v), np.float32) for k, v in flat.items()}
-    _check_shapes(agent, env.history, arrays)
+    cap = float(params.mi_min_rtts)
     meta: dict[str, Any] = {
-        "format": FORMAT, "algo": algo, "hidden": [int(h) for h in agent.hidden],
-        "pn_width": int(agent.pn_width), "pref_dim": int(agent.pref_dim),
-        "history": int(env.history), "alpha": float(params.alpha),
-        "mi_rtts": float(params.mi_rtts), "min_rate": float(params.min_rate),
-        "max_rate": float(params.max_rate), "activation": "tanh", "preference": pref,
-        "log_ratios": bool(env.log_ratios),
+        "format": FORMAT, "algo": algo, "network": net, "features": env.features,
+        "action_map": env.action_map, "objectives": list(names), "history": int(env.history),
+        "alpha": float(params.alpha), "mi_rtts": float(params.mi_rtts),
+        "mi_min_rtts": None if math.isinf(cap) else cap,
+        "min_rate": float(params.min_rate), "max_rate": float(params.max_rate),
+        "log_ratios": bool(env.log_ratios), "preference": pref,
     }
+    meta = _validated(meta, "policy")  # what is written is what both readers accept
+    _check_shapes(network_module(meta["network"]), meta, arrays)
     out = Path(path)
     out.mkdir(parents=True, exist_ok=True)
     # The weights go first: a reader that finds the new json finds the new weights beside it.
@@ -103,14 +175,22 @@ def save_policy(path: str | os.PathLike, agent: PPO, actor_params: dict, env: Si
     return out
 
 
-def load_policy(path: str | os.PathLike) -> tuple[PPO, dict, dict]:
-    """Read a policy directory: ``(agent, actor_params, meta)`` where ``agent`` is a ``PPO`` with
-    the saved network sizes, ``actor_params`` a flax variable dict for ``agent.actor_net.apply``
-    and ``meta`` the json metadata. Raises ``ConfigError`` on a missing file, another format or
-    weights that do not fit the metadata."""
+def load_policy(path: str | os.PathLike) -> LoadedPolicy:
+    """Read a policy directory of either format: ``(module, params, meta)``, where ``module``
+    is the flax network the file describes, ``params`` its variable dict for ``module.apply``
+    and ``meta`` the metadata in format 2's shape (a format-1 file's ``network``, ``features``,
+    ... filled in; ``meta["format"]`` is the file's own). ``deterministic_action(meta, module,
+    params, obs)`` runs it. Raises a one-line ``ConfigError`` on a missing file, an unknown
+    format, a missing or invalid field, or weights that do not fit the described network."""
     d = Path(path)
     require(d.is_dir(), "policy", str(d), "a directory holding policy.npz and policy.json")
-    meta = _read_meta(d / META_FILE)
+    p = d / META_FILE
+    require(p.is_file(), "policy", str(d), f"{META_FILE} is missing")
+    try:
+        raw = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"policy={str(p)!r} is invalid: not readable JSON ({e})") from None
+    meta = _validated(raw, f"policy {str(d)!r}")
     npz = d / PARAMS_FILE
     require(npz.is_file(), "policy", str(d), f"{PARAMS_FILE} is missing")
     try:
@@ -118,61 +198,28 @@ def load_policy(path: str | os.PathLike) -> tuple[PPO, dict, dict]:
             arrays = {k: z[k] for k in z.files}
     except (OSError, ValueError) as e:
         raise ConfigError(f"policy={str(npz)!r} is invalid: not a readable .npz ({e})") from None
-    agent = PPO(hidden=tuple(meta["hidden"]), pn_width=meta["pn_width"],
-                pref_dim=meta["pref_dim"])
-    _check_shapes(agent, meta["history"], arrays)
+    module = network_module(meta["network"])
+    _check_shapes(module, meta, arrays)
     params = traverse_util.unflatten_dict(
         {k: jnp.asarray(v, jnp.float32) for k, v in arrays.items()}, sep="/")
-    return agent, {"params": params}, meta
+    return LoadedPolicy(module, {"params": params}, meta)
 
 
-def _read_meta(p: Path) -> dict:
-    require(p.is_file(), "policy", str(p.parent), f"{META_FILE} is missing")
-    try:
-        meta = json.loads(p.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"policy={str(p)!r} is invalid: not readable JSON ({e})") from None
-    require(isinstance(meta, dict), "policy", str(p), "a JSON object")
-    require(meta.get("format") == FORMAT, "format", meta.get("format"),
-            f"{FORMAT!r} (this version of ccjax reads only that format)")
-    for name, typ in _FIELDS.items():
-        if name not in meta:
-            raise ConfigError(f"policy={str(p)!r} is invalid: the field {name!r} is missing")
-        v = meta[name]
-        require(isinstance(v, typ) and not isinstance(v, bool), name, v,
-                f"of type {typ.__name__ if isinstance(typ, type) else typ[0].__name__}")
-    require(len(meta["hidden"]) >= 1 and all(isinstance(h, int) and h >= 1
-                                             for h in meta["hidden"]),
-            "hidden", meta["hidden"], "a list of positive layer widths")
-    for name, default in OPTIONAL_FIELDS.items():
-        meta.setdefault(name, default)
-    require(isinstance(meta["log_ratios"], bool), "log_ratios", meta["log_ratios"],
-            "true or false")
-    require(meta["pref_dim"] in (0, 3), "pref_dim", meta["pref_dim"], "0 (Aurora) or 3 (MOCC)")
-    require(meta["pn_width"] >= 1, "pn_width", meta["pn_width"], ">= 1")
-    require(meta["history"] >= 1, "history", meta["history"], ">= 1")
-    require(meta["activation"] == "tanh", "activation", meta["activation"], "'tanh'")
-    require(0 < meta["min_rate"] < meta["max_rate"], "min_rate", meta["min_rate"],
-            f"0 < min_rate < max_rate={meta['max_rate']}")
-    require(meta["alpha"] > 0 and meta["mi_rtts"] > 0, "alpha/mi_rtts",
-            (meta["alpha"], meta["mi_rtts"]), "both > 0")
-    if meta["preference"] is not None:
-        check_preference(meta["preference"])
-    return meta
-
-
-def _check_shapes(agent: PPO, history: int, arrays: dict[str, np.ndarray]) -> None:
-    """The saved arrays must be exactly the actor's params for this observation size."""
-    obs_dim = state_dim(agent.pref_dim, history)
-    shapes = jax.eval_shape(agent.actor_net.init, jax.random.PRNGKey(0),
-                            jnp.zeros((1, obs_dim), jnp.float32))
+def _check_shapes(module: nn.Module, meta: Mapping[str, Any],
+                  arrays: Mapping[str, np.ndarray]) -> None:
+    """The saved arrays must be exactly the params of ``module`` for this observation size (the
+    shapes its ``init`` gives, traced abstractly)."""
+    shapes = jax.eval_shape(module.init, jax.random.PRNGKey(0),
+                            jnp.zeros((1, obs_dim(meta)), jnp.float32))
     want = {k: tuple(v.shape)
             for k, v in traverse_util.flatten_dict(shapes["params"], sep="/").items()}
     missing = sorted(set(want) - set(arrays))
     extra = sorted(set(arrays) - set(want))
     require(not missing, "policy params", missing, "missing from the weights")
     require(not extra, "policy params", extra, "not part of this network")
+    net = meta["network"]
+    sizes = ", ".join(f"{k}={v}" for k, v in net.items() if k not in ("kind", "activation"))
     for k, shape in want.items():
         require(tuple(arrays[k].shape) == shape, k, tuple(arrays[k].shape),
-                f"shape {shape} for hidden={list(agent.hidden)}, pn_width={agent.pn_width}, "
-                f"pref_dim={agent.pref_dim}, history={history}")
+                f"shape {shape} for a {net['kind']} network with {sizes}, "
+                f"{meta['features']} features, history={meta['history']}")

@@ -2,8 +2,8 @@
 
 Reads top to bottom: configuration (static) and hyperparameters (dynamic, so a sweep vmaps
 over them), ``init``, ``act``, the clipped surrogate with the entropy bonus, and ``update``
-(GAE with the ``valid`` mask is ``ccjax.agents.returns.gae``). Aurora is the same learner without the preference input
-(``pref_dim = 0``) and with Aurora's reward in the environment.
+(GAE with the ``valid`` mask is ``ccjax.agents.returns.gae``). Aurora is the same learner
+without the preference input (``pref_dim = 0``) and with Aurora's reward in the environment.
 """
 
 from __future__ import annotations

@@ -85,7 +85,8 @@ def auto_features(stats: MIStats, min_lat: jnp.ndarray, action_feature: jnp.ndar
     """AUTO Eq. 4 for one MI, (features (..., 5), updated running minimum of per-MI mean RTT):
     r_lat (mean latency over the least mean latency so far), r_send (sent over acked, Aurora's
     guard as in ``mi_features``), r_loss, g_lat (d latency / dt over the MI) and the previous
-    action as ``action_feature`` (``ccjax.envs.actions.auto_action_feature``). The first four are Aurora's
+    action as ``action_feature`` (``ccjax.envs.actions.auto_action_feature``). The first four
+    are Aurora's
     statistics, which AUTO inherits; the paper leaves their normalisation open (notes §1)."""
     base, new_min = mi_features(stats, min_lat)
     send_ratio, lat_ratio, grad = base[..., 0], base[..., 1], base[..., 2]

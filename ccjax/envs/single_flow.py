@@ -306,7 +306,8 @@ class SingleFlowEnv:
 
     def begin(self, st: EnvState, action: jnp.ndarray, params: EnvParams) -> EnvState:
         """Start the agent's next MI: apply the action (``action_map``: MOCC Eq. 1, AUTO Eq. 7)
-        to its rate, in the simulator too. While an MI is still running (``st.mid``) the action is ignored."""
+        to its rate, in the simulator too. While an MI is still running (``st.mid``) the
+        action is ignored."""
         new = self._apply(st, action, params)
         new = new.replace(mid=jnp.ones((), bool), mi_n0=st.sim.mi_count[0], mi_t0=st.sim.t)
         return jax.tree.map(lambda o, n: jnp.where(st.mid, o, n), st, new)

@@ -1,9 +1,12 @@
 """Trials as one compiled program: a batch of T trials of one static group trains together.
 
-How trials map onto the program. A trial is (seed, PPO hyperparameters, preference) over a
-static group's environment and network shapes. Its learner state (``PPOState``, which holds its
-``PPOHyper``) and its runner (environment states, last observation, action in effect, PRNG key)
-are stacked along a leading trial axis of size T. One iteration then is
+How trials map onto the program. A trial is (seed, hyperparameters, preference) over a static
+group's environment, agent kind and network shapes. Its learner state (whatever the agent of the
+group's ``agent.kind`` keeps: ``PPOState``, ``EnvelopeState`` with its replay buffer, ...; each
+holds its own dynamic hyperparameters) and its runner (environment states, last observation,
+action in effect, PRNG key) are stacked along a leading trial axis of size T. The batch reaches
+the agent only through the registry's API (``ccjax.agents.registry``: ``init``, ``act``,
+``update``, ``plan_run``, ``actor_params``, ``metric_names``). One iteration then is
 
 * the rollout: one ``VecEnv`` of T x N environments (``TrialVecEnv``) steps every trial's
   environments at once, and the agent acts with ``vmap(agent.act)`` over the trial axis (each
@@ -33,9 +36,22 @@ discarded), so a NaN sending rate never again reaches a simulator tick and lengt
 MI loop (bounded only by ``max_mi_ticks`` without a tick budget).
 
 Which preference each environment trains on is the trial's schedule (``ccjax.sweep.schedule``):
-its own ``env.preference`` (fixed), or its landmarks (all-at-once: environment i on landmark
-i mod ω; two-phase: the bootstrap vectors, then one landmark at a time). The program takes them
-as an (iterations, T, N, 3) array, so trials of a group may train on different preferences.
+its own ``env.preference`` (fixed), its landmarks (all-at-once: environment i on landmark
+i mod ω; two-phase: the bootstrap vectors, then one landmark at a time), or a draw per episode
+(the group's training parameters then carry ``pref_draw``, as ``ccjax train`` sets them). The
+program takes them as an (iterations, T, N, K) array, K = ``env.spec.n_objectives``, so trials
+of a group may train on different preferences.
+
+What a sweep keeps of a trial (``kept``): its agent state without replay buffers. The best
+evaluated state of every trial is held beside the training states and overwritten, slot by slot,
+whenever an evaluation improves on it; a replay buffer (the envelope agent's holds up to 200k
+transitions) would be copied at every such evaluation and written into the batch checkpoint,
+yet it is training data, not the model. Everything else is kept: the networks (exported), and
+the optimiser state, target network, iteration counter and hyperparameters, small beside the
+networks' multiples, from which ``load_trial`` returns a state that training can continue
+from (PPO's whole state, as before; an envelope state with an empty buffer). Divergence is
+judged on the same part (``learnable``), less the hyperparameters: a trial's given values, not
+something training makes non-finite.
 
 Evaluation is ``ccjax.train.setup.Evaluator``'s protocol for every trial at once: the
 deterministic policy on ``train.eval_links`` links drawn from the scenario with the pool seed
@@ -46,6 +62,7 @@ landmark), ``train.eval_steps`` batch steps.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import time
@@ -56,17 +73,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ccjax.agents.base import Trajectory
-from ccjax.agents.drivers import (Runner, init_runner, rollout_stats, scan_rollout, set_preference,
-                                  split_step_key)
-from ccjax.agents.ppo import PPO, PPOHyper, with_anneal
+from ccjax.agents.base import Agent, Trajectory
+from ccjax.agents.drivers import (
+    Runner,
+    init_runner,
+    rollout_stats,
+    scan_rollout,
+    set_preference,
+    split_step_key,
+)
+from ccjax.agents.replay import ReplayState
 from ccjax.algos import AlgoConfig
 from ccjax.envs.build import make_single_flow
 from ccjax.envs.single_flow import EnvParams
 from ccjax.envs.vec import VecEnv, param_axes
 from ccjax.sweep.schedule import TrialSchedule, trial_schedule
 from ccjax.sweep.spec import Trial
-from ccjax.train.setup import EVAL_SEED_OFFSET, build, env_kwargs
+from ccjax.train.setup import EVAL_SEED_OFFSET, build, env_kwargs, make_agent
 
 #: fraction of the free device memory a batch may plan to use (the rest: fragmentation, the
 #: host's own arrays, the estimate's error)
@@ -113,7 +136,7 @@ def _unflat_runner(r: Runner, T: int, N: int) -> Runner:
                      action=u(r.action), aux=jax.tree.map(u, r.aux))
 
 
-def rollout_trials(venv: TrialVecEnv, agent: PPO, states: Any, runner: Runner,
+def rollout_trials(venv: TrialVecEnv, agent: Agent, states: Any, runner: Runner,
                    params: EnvParams, n_steps: int, explore: bool = True
                    ) -> tuple[Runner, Trajectory]:
     """``drivers.rollout`` for T trials: ``runner`` has the environments flattened (T x N) and
@@ -138,9 +161,9 @@ def _per_trial(tr: Trajectory, T: int, N: int) -> Trajectory:
     return jax.tree.map(split, tr)
 
 
-def trial_chunk(venv: TrialVecEnv, agent: PPO, n_steps: int, n_iters: int):
+def trial_chunk(venv: TrialVecEnv, agent: Agent, n_steps: int, n_iters: int):
     """``drivers._chunk`` for T trials: ``chunk(states, runner, params, prefs)`` with
-    ``states`` and ``runner`` trial-major and ``prefs`` (n_iters, T, N, 3); returns the new
+    ``states`` and ``runner`` trial-major and ``prefs`` (n_iters, T, N, K); returns the new
     states and runner and (metrics, stats) with leaves (n_iters, T, ...)."""
     T = venv.trials
     N = venv.n // T
@@ -170,6 +193,38 @@ def _all_finite(tree: Any) -> jnp.ndarray:
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
               if jnp.issubdtype(x.dtype, jnp.floating)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.ones((), bool)
+
+
+def _fields(state: Any) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(state)) if dataclasses.is_dataclass(
+        state) else ()
+
+
+def _replay_fields(state: Any) -> tuple[str, ...]:
+    """The fields of an agent state that hold a replay buffer (``ccjax.agents.replay``)."""
+    return tuple(n for n in _fields(state) if isinstance(getattr(state, n), ReplayState))
+
+
+def kept(state: Any) -> Any:
+    """What a sweep keeps of an agent state as a trial's best and checkpoints (module doc): the
+    state with its replay buffers left out (None). Structural only, so it works on a stacked
+    (T, ...) state and under ``jit`` / ``vmap``; a PPO state is returned whole."""
+    names = _replay_fields(state)
+    return state.replace(**dict.fromkeys(names)) if names else state
+
+
+def with_kept(template: Any, part: Any) -> Any:
+    """A full agent state from ``kept``'s ``part``, its replay buffers ``template``'s (a fresh
+    ``agent.init``: empty)."""
+    names = _replay_fields(template)
+    return part.replace(**{n: getattr(template, n) for n in names}) if names else part
+
+
+def learnable(state: Any) -> Any:
+    """The part of an agent state whose finiteness says whether its trial diverged: ``kept``'s,
+    less its hyperparameters (``hyper``: the trial's given values)."""
+    part = kept(state)
+    return part.replace(hyper=None) if "hyper" in _fields(part) else part
 
 
 def memory_bytes(compiled: Any) -> int | None:
@@ -240,29 +295,43 @@ class Group:
         # the landmarks are static (train.landmarks_step), so one count for the whole group
         self.schedule = trial_schedule(cfg)
         self.n_eval_prefs = len(self.schedule.eval_prefs)
+        self.n_objectives = self.setup.env.spec.n_objectives  # K, a preference's weights
+        # the schedule is static too: a per-episode one has every environment draw its own
+        # preference at each reset, set as ``ccjax train`` sets it
+        self.train_params = self.setup.params
+        if self.schedule.draw_per_episode:
+            self.train_params = self.train_params.replace(pref_draw=jnp.ones((), bool))
         self.compile_s = 0.0
         self._programs: dict[tuple, Any] = {}
         self._schedules: dict[str, TrialSchedule] = {}
         self._prefs: dict[tuple, jnp.ndarray] = {}
-        self._finite = jax.jit(jax.vmap(lambda s: _all_finite((s.actor, s.critic))))
+        self._finite = jax.jit(jax.vmap(lambda s: _all_finite(learnable(s))))
         self._copy = jax.jit(lambda tree, i, j: jax.tree.map(lambda x: x.at[i].set(x[j]), tree))
         self._select = jax.jit(lambda m, a, b: jax.tree.map(
             lambda x, y: jnp.where(m.reshape(m.shape + (1,) * (x.ndim - 1)), x, y), a, b))
 
     # -- one trial's start, as ccjax.train.Trainer starts a run of the same seed --------------
-    def _init_one(self, key: jnp.ndarray, hyper: PPOHyper, pref: jnp.ndarray):
+    def _init_one(self, key: jnp.ndarray, hyper: Any, pref: jnp.ndarray):
         s = self.setup
         state = s.agent.init(jax.random.fold_in(key, 0), s.env.spec, hyper)
-        runner = init_runner(s.venv, s.agent, state, s.params.replace(pref=pref),
+        # the run's own schedules over its train.iters (PPO: train.anneal), as `ccjax train`
+        # plans a new run; train is static, so one plan for the group
+        state = s.agent.plan_run(state, self.cfg.train, 0, self.iters)
+        runner = init_runner(s.venv, s.agent, state, self.train_params.replace(pref=pref),
                              jax.random.fold_in(key, 1))
         return state, runner
 
+    def _shapes(self) -> tuple[Any, Runner]:
+        """One trial's (state, runner) as shapes."""
+        s = self.setup
+        return jax.eval_shape(self._init_one, jax.random.PRNGKey(0), s.hyper,
+                              jnp.zeros(self.n_objectives, jnp.float32))
+
     def init(self, trials: list[Trial]) -> tuple[Any, Runner]:
         """Stacked (states, runner) for these trials, trial-major."""
-        # each trial anneals (train.anneal) over its own train.iters, as `ccjax train` would
-        args = [(jax.random.PRNGKey(t.seed),
-                 with_anneal(PPOHyper.make(**{k: float(v) for k, v in t.cfg.hyper.items()}),
-                             t.cfg.train.get("anneal", "constant"), 0, t.cfg.train["iters"]),
+        # each trial's hyperparameters as its agent kind builds them from its config (the
+        # trials of a group differ only in dynamic values, so the static agent is the group's)
+        args = [(jax.random.PRNGKey(t.seed), make_agent(t.cfg)[1],
                  jnp.asarray(t.preference, jnp.float32)) for t in trials]
         # one vmapped call for the batch (per-trial calls cost ~12 ms each on the 2-core CPU)
         stacked_args = jax.tree.map(lambda *x: jnp.stack(x), *args)
@@ -279,7 +348,7 @@ class Group:
         return self._schedules[trial.id]
 
     def prefs(self, trials: list[Trial], start: int, n_iters: int) -> jnp.ndarray:
-        """(n_iters, T, N, 3): every environment's preference in iterations ``start`` ..
+        """(n_iters, T, N, K): every environment's preference in iterations ``start`` ..
         ``start + n_iters - 1``, each trial's from its own schedule."""
         ids = tuple(t.id for t in trials)
 
@@ -297,7 +366,7 @@ class Group:
         return self._prefs[(ids, n_iters)]
 
     def eval_prefs(self, trials: list[Trial]) -> np.ndarray:
-        """(T, P, 3): the preferences each trial is evaluated at."""
+        """(T, P, K): the preferences each trial is evaluated at."""
         return np.stack([self.trial_schedule(t).eval_prefs for t in trials]).astype(np.float32)
 
     # -- compiled programs -------------------------------------------------------------------
@@ -319,12 +388,10 @@ class Group:
         s = self.setup
         venv = TrialVecEnv(s.env, T * self.n_envs, self.tick_budget, trials=T)
         fn = trial_chunk(venv, s.agent, self.n_steps, n_iters)
-        one = jax.eval_shape(self._init_one, jax.random.PRNGKey(0), s.hyper,
-                             jnp.zeros(3, jnp.float32))
         states, runner = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct((T,) + x.shape, x.dtype), one)
-        prefs = jax.ShapeDtypeStruct((n_iters, T, self.n_envs, 3), jnp.float32)
-        return self._compile(("chunk", T, n_iters), fn, states, runner, s.params, prefs,
+            lambda x: jax.ShapeDtypeStruct((T,) + x.shape, x.dtype), self._shapes())
+        prefs = jax.ShapeDtypeStruct((n_iters, T, self.n_envs, self.n_objectives), jnp.float32)
+        return self._compile(("chunk", T, n_iters), fn, states, runner, self.train_params, prefs,
                              donate=(0, 1))
 
     def eval_program(self, T: int) -> Any:
@@ -334,7 +401,7 @@ class Group:
         if ("eval", T) in self._programs:  # before any tracing: called every evaluation
             return self._programs[("eval", T)]
         s = self.setup
-        L, P = self.eval_links, self.n_eval_prefs
+        L, P, K = self.eval_links, self.n_eval_prefs, self.n_objectives
         venv = TrialVecEnv(self.eval_env, T * P * L, self.tick_budget, trials=T)
         single = VecEnv(self.eval_env, P * L, self.tick_budget)
         agent = s.agent
@@ -348,7 +415,7 @@ class Group:
         def run(states, prefs, key):
             # every trial starts from the same key: the same links and initial rates
             runner = jax.vmap(start, in_axes=(0, 0, None))(states, prefs, key)
-            p = self.eval_params.replace(pref=jnp.repeat(prefs.reshape(T * P, 3), L, 0),
+            p = self.eval_params.replace(pref=jnp.repeat(prefs.reshape(T * P, K), L, 0),
                                          link_index=jnp.tile(links, T))
             _, tr = rollout_trials(venv, agent, states, _flat_runner(runner, T, P * L), p,
                                    self.eval_steps, explore=False)
@@ -358,10 +425,9 @@ class Group:
             return dict(reward=m(tr.reward), utilization=m(jnp.minimum(tr.info.utilization, 1)),
                         latency_ratio=m(tr.info.latency_ratio), loss_rate=m(tr.info.loss_rate))
 
-        one = jax.eval_shape(self._init_one, jax.random.PRNGKey(0), s.hyper,
-                             jnp.zeros(3, jnp.float32))[0]
-        states = jax.tree.map(lambda x: jax.ShapeDtypeStruct((T,) + x.shape, x.dtype), one)
-        prefs = jax.ShapeDtypeStruct((T, P, 3), jnp.float32)
+        states = jax.tree.map(lambda x: jax.ShapeDtypeStruct((T,) + x.shape, x.dtype),
+                              self._shapes()[0])
+        prefs = jax.ShapeDtypeStruct((T, P, K), jnp.float32)
         return self._compile(("eval", T), run, states, prefs, self.eval_key)
 
     def evaluate(self, states: Any, trials: list[Trial]) -> dict[str, np.ndarray]:
@@ -372,14 +438,16 @@ class Group:
         return {k: np.asarray(v) for k, v in fn(states, w, self.eval_key).items()}
 
     def finite(self, states: Any) -> np.ndarray:
-        """(T,) bool: every float in the trial's actor and critic is finite."""
+        """(T,) bool: every float the trial learns (``learnable``: networks, optimiser, ...;
+        not its replay buffer) is finite."""
         return np.asarray(self._finite(states))
 
     def copy_slot(self, tree: Any, dst: int, src: int) -> Any:
         return self._copy(tree, jnp.int32(dst), jnp.int32(src))
 
     def select(self, mask: np.ndarray, a: Any, b: Any) -> Any:
-        """Per trial: ``a``'s slice where ``mask``, else ``b``'s."""
+        """Per trial: ``a``'s slice where ``mask``, else ``b``'s (new buffers: ``a`` and ``b``
+        may be donated afterwards)."""
         return self._select(jnp.asarray(mask), a, b)
 
     # -- batch size ----------------------------------------------------------------------------

@@ -44,6 +44,10 @@ EVAL_FIELDS = ("reward", "utilization", "latency_ratio", "loss_rate")
 MODEL_DIRS = ("policy",)
 #: the sub-directory of ``batches/<key>/`` a batch checkpoint's files go to
 BATCH_DIRS = ("checkpoint",)
+#: a finished trial's metrics a batch checkpoint's slot leaves out: the evaluation history,
+#: the per-preference results of the best evaluation (``landmarks``, or ``prefs`` for the
+#: episode schedule), and the slot's own address
+_NOT_IN_SLOTS = ("evals", "landmarks", "prefs", "checkpoint")
 
 
 @dataclass
@@ -83,7 +87,8 @@ def make_outcome(trial_id: str, status: str, curve: list[dict[str, Any]],
 
 @dataclass
 class BatchCheckpoint:
-    """The chosen agent states of a batch's finished trials, stacked along a leading trial axis
+    """The chosen agent states of a batch's finished trials (what ``ccjax.sweep.batch.kept``
+    keeps: no replay buffer), stacked along a leading trial axis
     (slot ``k`` is ``trials[k]``), as the bytes of one orbax checkpoint
     (``ccjax.train.store.Checkpoints``: ``state`` and ``progress`` with each slot's trial, seed,
     point and metrics), for ``batches/<key>/``."""
@@ -172,7 +177,7 @@ def batch_checkpoint(trials: list[Any], states: Any, metrics: list[dict[str, Any
 
     ids = [t.id for t in trials]
     slots = [{"trial": t.id, "seed": t.seed, "point": t.point,
-              **{k: v for k, v in m.items() if k not in ("evals", "landmarks", "checkpoint")}}
+              **{k: v for k, v in m.items() if k not in _NOT_IN_SLOTS}}
              for t, m in zip(trials, metrics, strict=True)]
     with tempfile.TemporaryDirectory(prefix="ccjax-batch-") as tmp:
         root = Path(tmp)
@@ -183,16 +188,17 @@ def batch_checkpoint(trials: list[Any], states: Any, metrics: list[dict[str, Any
 
 
 def policy_files(group: Any, trial: Any, actor: Any) -> dict[str, bytes]:
-    """The trial's chosen actor exported for ``ccjax eval`` / deployment
-    (``ccjax.agents.export``), written in a private temporary directory and returned as
-    bytes."""
+    """The trial's chosen network (``agent.actor_params`` of its kept state) exported for
+    ``ccjax eval`` / deployment (``ccjax.agents.export``), written in a private temporary
+    directory and returned as bytes."""
     from ccjax.agents.export import save_policy
 
     s = group.setup
     with tempfile.TemporaryDirectory(prefix="ccjax-trial-") as tmp:
         root = Path(tmp)
-        # a landmark-trained policy has no one preference (as `ccjax train` exports it)
-        fixed = not group.schedule.uses_landmarks
+        # only a fixed-preference policy has one preference; one trained on landmarks or on a
+        # draw per episode has none (as `ccjax train` exports them)
+        one = group.schedule.fixed and s.env.spec.pref_dim > 0
         save_policy(root / "policy", s.agent, actor, s.env, s.params, algo=trial.cfg.name,
-                    preference=list(trial.preference) if s.agent.pref_dim and fixed else None)
+                    preference=list(trial.preference) if one else None)
         return pack_dir(root)

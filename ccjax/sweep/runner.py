@@ -6,15 +6,21 @@ chunks of ``train.chunk`` (``ccjax.sweep.batch``), evaluated, and recorded
 (``ccjax.sweep.ledger``). Between chunks the loop checks every trial for non-finite losses or
 parameters: a trial that diverged is recorded ``failed`` at once, with the iteration and what
 went non-finite, and its slot is masked (overwritten by a healthy trial's, results discarded)
-while the rest of the batch goes on. A batch whose last slots would be empty is padded with
-copies of its last trial, so every batch of a group reuses one compiled program.
+while the rest of the batch goes on. The losses are the agent's own metrics (``losses``: those
+named ``*loss*``, and PPO's entropy and KL), the parameters everything it learns
+(``ccjax.sweep.batch.learnable``), so any registered agent kind is checked the same way. A
+batch whose last slots would be empty is padded with copies of its last trial, so every batch of
+a group reuses one compiled program.
 
 A spec with a ``[prefeval]`` table then evaluates every finished trial on its preference grid
 (``ccjax.sweep.prefeval``; trials already evaluated are skipped).
 
 With ``sweep.eval_every`` > 0 the trials are also evaluated every that many iterations, and each
 trial's best evaluated state is what its checkpoint and exported policy hold (as
-``ccjax train``'s ``policy/`` does); otherwise the final state is. A trial on a landmark schedule
+``ccjax train``'s ``policy/`` does); otherwise the final state is. What is kept of the best
+state is ``ccjax.sweep.batch.kept``'s part: the agent state without its replay buffer (copying
+an off-policy agent's buffer at every better evaluation would cost more than the training), and
+``load_trial`` gives it back with an empty buffer. A trial on a landmark schedule
 (``ccjax.sweep.schedule``) is evaluated at every landmark and scored by the mean landmark reward,
 as ``ccjax train`` keeps ``best/``; its metrics keep the per-landmark results of its best
 evaluation (``landmarks``). Every trial records ``iter_99``, the first evaluated iteration within
@@ -46,7 +52,7 @@ import numpy as np
 
 from ccjax.dirlock import DirLock
 from ccjax.errors import ConfigError
-from ccjax.sweep.batch import Group
+from ccjax.sweep.batch import Group, kept, with_kept
 from ccjax.sweep.ledger import Ledger
 from ccjax.sweep.record import (
     EVAL_FIELDS,
@@ -60,10 +66,9 @@ from ccjax.sweep.record import (
 from ccjax.sweep.spec import SweepSpec, Trial, load_spec
 from ccjax.train.store import Checkpoints, check_out_dir, write_json
 
-#: the training metrics checked for divergence, in the order a reason names them
-_LOSSES = ("policy_loss", "value_loss", "entropy", "approx_kl")
-_PPO_FIELDS = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_frac", "ent_coef",
-               "std")
+#: metrics checked for divergence beside every ``*loss*`` one: they go non-finite with the
+#: policy (PPO's, as the sweep checked them before agents were a registry)
+_ALSO_CHECKED = ("entropy", "approx_kl")
 _STAT_FIELDS = ("reward", "utilization", "latency_ratio", "loss_rate", "episode_return")
 _EVAL_FIELDS = EVAL_FIELDS
 BACKENDS = ("local", "ray")
@@ -265,13 +270,20 @@ def _open(spec: SweepSpec, out: Path, resume: bool) -> Ledger:
     return ledger
 
 
-def _nonfinite(m: dict[str, np.ndarray], st: dict[str, np.ndarray], i: int, it0: int
-               ) -> str | None:
-    """Why trial slot ``i`` diverged in this chunk (the first iteration and quantity), or
-    None."""
-    n = next(iter(m.values())).shape[0]
+def losses(metric_names: tuple[str, ...]) -> tuple[str, ...]:
+    """The training metrics a non-finite value of which fails a trial, in the agent's order
+    (the order a reason names the first): the losses, and entropy and KL where reported. Not
+    every metric: some are counts or schedules (the envelope's ``buffer``, ``lam``)."""
+    return tuple(n for n in metric_names if "loss" in n or n in _ALSO_CHECKED)
+
+
+def _nonfinite(m: dict[str, np.ndarray], st: dict[str, np.ndarray], i: int, it0: int,
+               checked: tuple[str, ...]) -> str | None:
+    """Why trial slot ``i`` diverged in this chunk (the first iteration and quantity among the
+    ``checked`` metrics and the training reward), or None."""
+    n = st["reward"].shape[0]
     for k in range(n):
-        for name in _LOSSES:
+        for name in checked:
             if not np.isfinite(m[name][k, i]):
                 return f"diverged: non-finite {name} at iteration {it0 + k + 1}"
         if not np.isfinite(st["reward"][k, i]):
@@ -295,6 +307,9 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
     compile0 = group.compile_s
     wall0 = time.time()
     states, runner = group.init(slots)
+    agent = group.setup.agent
+    names = tuple(agent.metric_names)
+    checked = losses(names)
     iters, chunk, every = group.iters, group.chunk, eval_every
     alive = np.zeros(size, bool)
     alive[:n_real] = True
@@ -303,7 +318,9 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
     evals: list[list[dict[str, Any]]] = [[] for _ in range(n_real)]
     best = np.full(size, -np.inf)
     best_it = np.zeros(size, int)
-    best_states: Any = None  # a copy made at the first evaluation (the chunk donates `states`)
+    # each trial's best evaluated state, less its replay buffer (batch.kept): a copy made at the
+    # first evaluation (the chunk donates `states`), updated slot by slot after
+    best_states: Any = None
     best_prefs: list[list[dict[str, Any]]] = [[] for _ in range(n_real)]
     # training wall time at each evaluation: a timing, kept out of the metrics (which must be
     # the same numbers wherever the batch runs, e.g. on a Ray worker)
@@ -311,6 +328,10 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
     train_s = eval_s = 0.0
     it = 0
     bar.start_batch(label, iters)
+    # a trial evaluated at several preferences keeps its best evaluation's results per
+    # preference: its landmarks (the omega-one grid too), or the episode schedule's points
+    per_pref = group.n_eval_prefs > 1 or group.schedule.uses_landmarks
+    per_pref_key = "landmarks" if group.schedule.uses_landmarks else "prefs"
 
     def evaluate(states: Any, it: int) -> dict[str, np.ndarray]:
         nonlocal eval_s, best_states
@@ -318,13 +339,15 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
         t0 = time.perf_counter()
         per = group.evaluate(states, slots)  # (T, P): each trial at each evaluation preference
         eval_s += time.perf_counter() - t0
-        # the score: the reward at the trial's preference, or the mean landmark reward
+        # the score: the reward at the trial's preference, or the mean over its evaluation
+        # preferences (landmarks, the episode schedule's points)
         res = {k: v.mean(1) for k, v in per.items()}
         better = alive & np.isfinite(res["reward"]) & (res["reward"] > best)
+        now = kept(states)
         if best_states is None:
-            best_states = group.select(better, states, states)  # new buffers, not aliases
+            best_states = group.select(better, now, now)  # new buffers, not aliases
         elif better.any():
-            best_states = group.select(better, states, best_states)
+            best_states = group.select(better, now, best_states)
         best[better] = res["reward"][better]
         best_it[better] = it
         prefs = group.eval_prefs(slots)
@@ -332,7 +355,7 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
         for i in range(n_real):
             if alive[i]:
                 evals[i].append({"iteration": it, **{k: float(res[k][i]) for k in res}})
-                if better[i] and group.schedule.uses_landmarks:
+                if better[i] and per_pref:
                     best_prefs[i] = [{"w": [float(x) for x in prefs[i, j]],
                                       **{k: float(per[k][i, j]) for k in per}}
                                      for j in range(prefs.shape[1])]
@@ -352,11 +375,11 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
         fn = group.chunk_program(size, n)
         w = group.prefs(slots, it, n)
         t0 = time.perf_counter()
-        states, runner, (m, st) = fn(states, runner, group.setup.params, w)
+        states, runner, (m, st) = fn(states, runner, group.train_params, w)
         jax.block_until_ready(states)
         dt = time.perf_counter() - t0
         train_s += dt
-        mh = {k: np.asarray(getattr(m, k)) for k in _PPO_FIELDS}  # (n, T)
+        mh = {k: np.asarray(getattr(m, k)) for k in names}  # (n, T)
         sh = {k: np.asarray(getattr(st, k)) for k in _STAT_FIELDS + ("valid_steps",)}
         ok_params = group.finite(states)
         for i in range(n_real):
@@ -367,14 +390,14 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
                        "valid_frac": float(sh["valid_steps"][k, i])
                        / (group.n_envs * group.n_steps)}
                 row.update({f: float(sh[f][k, i]) for f in _STAT_FIELDS})
-                row.update({f: float(mh[f][k, i]) for f in _PPO_FIELDS})
+                row.update({f: float(mh[f][k, i]) for f in names})
                 curves[i].append(row)
         it += n
         newly = []
         for i in range(n_real):
             if not alive[i]:
                 continue
-            why = _nonfinite(mh, sh, i, it - n)
+            why = _nonfinite(mh, sh, i, it - n, checked)
             if why is None and not ok_params[i]:
                 why = f"diverged: non-finite parameters after iteration {it}"
             if why is not None:
@@ -411,7 +434,7 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
         metrics.update(iterations=it, train_reward=float(np.mean(tail)),
                        best_reward=float(best[i]), best_iteration=int(best_it[i]), iter_99=i99)
         if best_prefs[i]:
-            metrics["landmarks"] = best_prefs[i]
+            metrics[per_pref_key] = best_prefs[i]
         done.append((i, metrics))
     if done:
         # the finished trials' chosen states, gathered once and fetched to the host once: one
@@ -420,9 +443,10 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
         chosen = jax.device_get(jax.tree.map(lambda x: x[idx], best_states))
         ck = batch_checkpoint([trials[i] for i, _ in done], chosen, [m for _, m in done])
         sink(ck)
+        actors = agent.actor_params(chosen)  # stacked: structural, as every agent's is
         for k, (i, metrics) in enumerate(done):
             metrics["checkpoint"] = {"batch": ck.key, "slot": k}
-            actor = jax.tree.map(lambda x, k=k: x[k], chosen.actor)
+            actor = jax.tree.map(lambda x, k=k: x[k], actors)
             files = policy_files(group, trials[i], actor)
             i99 = metrics["iter_99"]
             mine = {**timings, "train_99_s": None if i99 is None else train_s_at[i99]}
@@ -462,7 +486,10 @@ def _info(curves: list[list[dict[str, Any]]], alive: np.ndarray, n_real: int) ->
 
 
 def load_trial(sweep_dir: str | os.PathLike[str], trial_id: str) -> tuple[Any, Any, dict]:
-    """(AlgoConfig, agent state, progress JSON) of a finished trial, from its checkpoint."""
+    """(AlgoConfig, agent state, progress JSON) of a finished trial, from its checkpoint. The
+    state is what the sweep kept of the trial's best (``ccjax.sweep.batch.kept``): whole for
+    PPO; an off-policy agent's with the empty replay buffer of a fresh ``init`` (the buffer is
+    never checkpointed)."""
     from ccjax.algos import AlgoConfig
     from ccjax.train.setup import make_agent
 
@@ -481,13 +508,14 @@ def load_trial(sweep_dir: str | os.PathLike[str], trial_id: str) -> tuple[Any, A
 
     setup = build(cfg, 0)
     agent, hyper = make_agent(cfg)
-    target = agent.init(jax.random.PRNGKey(0), setup.env.spec, hyper)
+    full = agent.init(jax.random.PRNGKey(0), setup.env.spec, hyper)
+    target = kept(full)
     ref = json.loads(row["metrics"] or "{}").get("checkpoint")
     if ref is None:  # a sweep recorded before batch checkpoints: one checkpoint per trial
         ck = Checkpoints(d / "trials" / trial_id / "checkpoint", keep=1)
         state, prog = ck.restore(target)
         ck.close()
-        return cfg, state, prog
+        return cfg, with_kept(full, state), prog
     where = d / "batches" / ref["batch"] / "checkpoint"
     if not where.is_dir():
         raise ConfigError(f"trial={trial_id!r} is invalid: its batch checkpoint {str(where)!r} "
@@ -501,7 +529,7 @@ def load_trial(sweep_dir: str | os.PathLike[str], trial_id: str) -> tuple[Any, A
     if slots[k]["trial"] != trial_id:
         raise ConfigError(f"trial={trial_id!r} is invalid: slot {k} of batch checkpoint "
                           f"{ref['batch']} holds trial {slots[k]['trial']!r}")
-    return cfg, jax.tree.map(lambda x: jnp.asarray(x[k]), state), slots[k]
+    return cfg, with_kept(full, jax.tree.map(lambda x: jnp.asarray(x[k]), state)), slots[k]
 
 
 class _Bar:

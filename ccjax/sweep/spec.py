@@ -44,8 +44,11 @@ Any other key (``agent.hidden``, ``train.n_envs``, ``env.scenario``, ...) is sta
 grouped by the static part of their config and each group compiles its own program.
 
 Schedules (``ccjax.sweep.schedule``): ``train.schedule`` may be ``fixed`` (every environment on
-``env.preference``), ``all-at-once`` or ``two-phase`` (MOCC's landmarks; ``env.preference`` is
-then an error, the landmarks being the training preferences). Every trial trains
+``env.preference``), ``all-at-once`` or ``two-phase`` (MOCC's landmarks, 3 objectives), or
+``episode`` (AUTO: every episode draws its own preference); with any but ``fixed``,
+``env.preference`` is an error, the schedule choosing the training preferences. A preference has
+one weight per objective of the trial's reward (``env.reward``: 3 for MOCC's, 2 for AUTO's). Any
+registered agent (``agent.kind``, ``ccjax.agents.registry``) can be swept. Every trial trains
 ``train.iters`` iterations: a batch's trials share one program, so there is no convergence
 stop, and ``ccjax train``'s stopping keys (``max_cycles``, ``min_cycles``, ``converge_tol``,
 ``patience``) are not used; neither are ``train.eval_every`` (``sweep.eval_every`` is the
@@ -107,9 +110,12 @@ class Trial:
     cfg: AlgoConfig
 
     @property
-    def preference(self) -> tuple[float, float, float]:
-        w = self.cfg.env.get("preference", (1 / 3, 1 / 3, 1 / 3))
-        return (float(w[0]), float(w[1]), float(w[2]))
+    def preference(self) -> tuple[float, ...]:
+        """``env.preference`` (K weights), or equal weights where the config sets none."""
+        from ccjax.sweep.schedule import default_preference, n_objectives
+
+        w = self.cfg.env.get("preference", default_preference(n_objectives(self.cfg)))
+        return tuple(float(x) for x in w)
 
     def config_json(self) -> dict[str, Any]:
         """What the ledger stores: the resolved preset tables, the seed and the point."""
@@ -206,9 +212,13 @@ def _check(key: str, value: Any, where: str) -> Any:
     value = check_value(t, k, value, where)
     if key == "env.preference":
         from ccjax.envs.build import check_preference
+        from ccjax.envs.rewards import OBJECTIVES
 
+        # the reward (and so K) is known only once the trial is resolved (_check_runnable);
+        # here the value is a simplex point of the length it has (the schema allows 2 or 3)
+        names = OBJECTIVES["mocc"] if len(value) == 3 else OBJECTIVES["auto"]
         try:
-            check_preference(value, "env.preference")
+            check_preference(value, "env.preference", names)
         except ConfigError as e:
             raise ConfigError(f"{e} (in {where})") from None
     return value
@@ -471,16 +481,28 @@ def _check_runnable(cfg: AlgoConfig, where: str) -> None:
         raise ConfigError(f"train.shard=true is invalid in {where}: a sweep batches trials on "
                           "one device; sharding environments is not supported there")
     from ccjax.envs.build import check_preference
+    from ccjax.envs.rewards import OBJECTIVES
     from ccjax.sim.scenario import load_scenario
+    from ccjax.sweep.schedule import LANDMARK_SCHEDULES, default_preference
 
+    names = OBJECTIVES.get(cfg.env.get("reward", "mocc"), OBJECTIVES["mocc"])
     if sched != "fixed":
         if "preference" in cfg.env:
+            what = ("the landmarks are the training preferences" if sched in LANDMARK_SCHEDULES
+                    else "every episode draws its own preference from the simplex")
             raise ConfigError(f"env.preference is invalid in {where} with train.schedule="
-                              f"{sched!r}: the landmarks are the training preferences; set "
-                              "env.preference only with train.schedule = \"fixed\"")
+                              f"{sched!r}: {what}; set env.preference only with "
+                              "train.schedule = \"fixed\"")
+    if sched in LANDMARK_SCHEDULES:
+        if len(names) != 3:
+            raise ConfigError(f"train.schedule={sched!r} is invalid in {where} with env.reward="
+                              f"{cfg.env.get('reward')!r}: MOCC's landmarks are preferences "
+                              f"over 3 objectives, the reward has {len(names)}; use "
+                              "\"episode\" or \"fixed\"")
         _check_landmarks(cfg, sched, where)
     try:
-        check_preference(cfg.env.get("preference", (1 / 3, 1 / 3, 1 / 3)), "env.preference")
+        check_preference(cfg.env.get("preference", default_preference(len(names))),
+                         "env.preference", names)
     except ConfigError as e:
         raise ConfigError(f"{e} (in {where})") from None
     scenario = cfg.env.get("scenario", "mocc-train")
