@@ -92,3 +92,43 @@ def test_train_checkpoint_restore_and_resume(name, tmp_path):
     assert [int(r["iteration"]) for r in rows] == [1, 2, 3, 4]  # none lost or repeated
     for k in s.agent.metric_names:  # the agent's own metrics, finite
         assert all(np.isfinite(float(r[k])) for r in rows), k
+
+
+@pytest.mark.parametrize("name", list_algos())
+def test_export_runs_as_a_controller_and_in_numpy(name, tmp_path):
+    """The exported policy: JAX and the NumPy deployment take the same greedy actions on the
+    agent's own observations, and it runs as a controller in ``ccjax eval``."""
+    from ccjax import deploy
+    from ccjax.agents.export import deterministic_action, load_policy, save_policy
+    from ccjax.evaluate import evaluate
+    from ccjax.sim.link import LinkSpec
+
+    cfg = small(name)
+    s = build(cfg, 0)
+    state = s.agent.init(jax.random.PRNGKey(3), s.env.spec, s.hyper)
+    # weights away from their initial scale, so the actions are not all near one value
+    state = state.replace(**{f: jax.tree.map(lambda x: x * 30.0, getattr(state, f))
+                             for f in ("actor", "params") if hasattr(state, f)})
+    pref = None if not s.env.pref_dim else [1.0 / s.env.pref_dim] * s.env.pref_dim
+    d = save_policy(tmp_path / "policy", s.agent, s.agent.actor_params(state), s.env, s.params,
+                    algo=name, preference=pref)
+    loaded = load_policy(d)
+    runner = init_runner(s.venv, s.agent, state, s.params, jax.random.PRNGKey(1))
+    obs = jax.random.normal(jax.random.PRNGKey(4), (16, s.env.spec.obs_dim))
+    k = s.env.pref_dim  # random histories, the preference kept on the simplex
+    obs = jnp.concatenate([runner.obs, obs.at[:, :k].set(runner.obs[0, :k])])
+    agent_a, _ = s.agent.act(state, obs, jax.random.PRNGKey(0), False)
+    jax_a = deterministic_action(loaded.meta, loaded.module, loaded.params, obs)
+    np_a = deploy.load(d).actions(np.asarray(obs, np.float64))
+    if s.env.spec.action.kind == "discrete":
+        np.testing.assert_array_equal(np.asarray(agent_a), np.asarray(jax_a))
+        np.testing.assert_array_equal(np.asarray(jax_a), np.asarray(np_a).reshape(-1))
+    else:
+        np.testing.assert_allclose(np.asarray(agent_a).reshape(-1), np.asarray(jax_a).reshape(-1),
+                                   rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(np.asarray(jax_a).reshape(-1), np.asarray(np_a).reshape(-1),
+                                   rtol=1e-4, atol=1e-6)
+    res = evaluate([str(d), "cubic"], links=[LinkSpec(bandwidth_mbps=(10.0,), rtt_ms=(40.0,),
+                                                      buffer_pkts=50)], duration_s=2.0)
+    row = next(r for r in res.rows if r["method"] == str(d))
+    assert 0.0 < row["utilization"] <= 1.0 and np.isfinite(row["latency_ratio"])
