@@ -10,6 +10,13 @@ The shipped ``mocc`` was made with (2-core CPU; see its card for the machine and
         --command "ccjax train --algo ppo-mocc --schedule all-at-once --set train.max_cycles=3 \
 --seed 0 --out runs/ship-mocc"
 
+The shipped ``auto`` (AUTO, scored on ``auto-satellite`` at two of its preferences):
+
+    ccjax train --algo auto --set train.iters=2000 --seed 0 --out runs/auto
+    python scripts/ship_model.py --run runs/auto --name auto --preference 0.5,0.5 \
+        --scenario auto-satellite --links 2 --score-preference 0.3,0.7 \
+        --score-preference 0.7,0.3 --summary "..." --command "..."
+
 Rerun the second command alone (``--rescore``) to refresh the card's scores after a simulator
 change without retraining; ``tests/test_models.py`` holds the card's scores to the code.
 """
@@ -83,6 +90,11 @@ def main(argv=None) -> int:
                     help="a command that made the run (repeatable)")
     ap.add_argument("--summary", default="PPO-MOCC, 36 landmarks trained all at once on "
                     "mocc-train (fluid model); one policy for any preference w_thr,w_lat,w_loss")
+    ap.add_argument("--scenario", default=SCORE_SCENARIO, help="the card's held-out links")
+    ap.add_argument("--links", type=int, default=SCORE_LINKS)
+    ap.add_argument("--score-preference", action="append", default=[],
+                    help="a preference the card scores at (repeatable; default MOCC's two)")
+    ap.add_argument("--classic", default=",".join(SCORE_CLASSIC))
     ap.add_argument("--rescore", action="store_true",
                     help="only recompute the scores of an already shipped model")
     a = ap.parse_args(argv)
@@ -109,7 +121,18 @@ def main(argv=None) -> int:
                                                        "best_iteration", "evals", "backend")}},
                 "scores": {}}
         (dest / CARD_FILE).write_text(json.dumps(card, indent=1) + "\n")  # now it resolves
-    card["scores"] = score(a.name)
+    if a.rescore:
+        old = card["scores"]
+        prefs = list(dict.fromkeys(tuple(r["preference"]) for r in old["rows"]))
+        classic = tuple(dict.fromkeys(r["method"] for r in old["rows"]
+                                      if r["method"] != a.name))
+        card["scores"] = score(a.name, prefs, classic, old["scenario"], old["links"],
+                               old["seed"])
+    else:
+        prefs = ([tuple(float(x) for x in w.split(",")) for w in a.score_preference]
+                 or SCORE_PREFERENCES)
+        card["scores"] = score(a.name, prefs, tuple(a.classic.split(",")), a.scenario,
+                               a.links)
     (dest / CARD_FILE).write_text(json.dumps(card, indent=1) + "\n")
     print(json.dumps(card["scores"], indent=1))
     return 0

@@ -15,8 +15,8 @@ from ccjax.sim.link import LinkSpec
 from ccjax.sim.scenario import Scenario, list_scenarios, load_scenario, presets_dir
 
 PRESETS = [
-    "astraea-train", "aurora-train", "auto-cellular", "auto-hybrid", "auto-random-loss",
-    "auto-rapid-change", "auto-satellite", "dumbbell", "mocc-test", "mocc-train",
+    "astraea-train", "aurora-train", "auto-cellular", "auto-fairness", "auto-hybrid",
+    "auto-random-loss", "auto-rapid-change", "auto-satellite", "auto-train", "dumbbell", "mocc-test", "mocc-train",
     "pareto-advance", "zixia-step",
 ]
 
@@ -28,7 +28,9 @@ PAPER_RANGES = {
     "mocc-train": ((1, 5), (20, 100), (2, 3000), (0, 0.03), (1, 1)),
     "mocc-test": ((10, 50), (20, 400), (500, 5000), (0, 0.10), (1, 1)),
     "auto-satellite": ((42, 42), (800, 800), (1500, 1500), (0.0074, 0.0074), (1, 1)),
-    "auto-cellular": ((1.52, 4.56), (260, 260), (426, 426), (0.006, 0.006), (1, 1)),
+    "auto-cellular": ((3.04, 3.04), (260, 260), (426, 426), (0.006, 0.006), (1, 1)),
+    "auto-train": ((1.12, 5.6), (100, 1000), (2, 2981), (0, 0.05), (1, 1)),
+    "auto-fairness": ((20, 20), (100, 100), (200, 200), (0, 0), (2, 2)),
     "auto-hybrid": ((42, 42), (840, 840), (1500, 1500), (0.0074, 0.0074), (1, 1)),
     "auto-rapid-change": ((2, 10), (100, 100), None, (0.01, 0.01), (1, 1)),
     "auto-random-loss": ((12, 12), (200, 200), (200, 200), (0, 0.08), (1, 1)),

@@ -88,6 +88,14 @@ def test_bad_agent_specs_are_one_line_errors(set_extra, msg):
     assert msg in str(e.value) and "\n" not in str(e.value)
 
 
+def test_prefeval_is_refused_for_two_objectives():
+    # the preference evaluation (ccjax.sweep.prefeval) is MOCC's: 3-weight preferences
+    d = {**_spec_dict({}), "prefeval": {"preferences": 2, "links": 1}}
+    with pytest.raises(ConfigError, match=r"\[prefeval\] is invalid in a.toml with env.reward="
+                       "'auto': the preference evaluation is MOCC's"):
+        spec_from_dict(d, "a.toml")
+
+
 def test_what_a_sweep_keeps_of_an_envelope_state():
     """The best state and the checkpoint leave the replay buffer out; divergence is judged on
     the learned part; a kept state is made whole again with a fresh (empty) buffer."""

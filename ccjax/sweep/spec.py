@@ -428,6 +428,16 @@ def spec_from_dict(data: dict[str, Any], where: str = "spec", path: str = "",
                      pool_seed=sw.get("pool_seed", 0), batch=sw.get("batch", 0),
                      eval_every=sw.get("eval_every", 0), prefeval=pe)
     object.__setattr__(spec, "trials", expand(spec, where))
+    if pe is not None:
+        from ccjax.sweep.schedule import n_objectives
+
+        other = next((t for t in spec.trials if n_objectives(t.cfg) != 3), None)
+        if other is not None:
+            # ccjax.sweep.prefeval draws MOCC's preferences and scores by MOCC's reward
+            raise ConfigError(f"[prefeval] is invalid in {where} with env.reward="
+                              f"{other.cfg.env.get('reward')!r}: the preference evaluation "
+                              f"is MOCC's, over 3 objectives; the reward has "
+                              f"{n_objectives(other.cfg)}")
     return spec
 
 

@@ -50,8 +50,11 @@ def make_schedule(cfg: AlgoConfig, seed: int = 0) -> Any:
                               "iterations (>= 1)")
         k = len(OBJECTIVES[cfg.env.get("reward", "mocc")])
         return PerEpisode(n, k, t["iters"], t.get("eval_every", 8))
-    pref = cfg.env.get("preference", (1 / 3, 1 / 3, 1 / 3))
-    w = check_preference(pref, "env.preference")
+    from ccjax.envs.rewards import OBJECTIVES
+
+    names = OBJECTIVES.get(cfg.env.get("reward", "mocc"), OBJECTIVES["mocc"])
+    pref = cfg.env.get("preference", tuple([1.0 / len(names)] * len(names)))
+    w = check_preference(pref, "env.preference", names=names)
     if "iters" not in t:
         raise ConfigError("train.iters is missing: the fixed schedule needs a number of "
                           "iterations (>= 1)")
