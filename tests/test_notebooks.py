@@ -27,7 +27,7 @@ WHO = "import sys; print(sys.prefix); print(sys.executable)"
 
 def test_the_three_notebooks_are_there():
     assert [p.name for p in NOTEBOOKS] == ["01-quickstart.ipynb", "02-mocc.ipynb",
-                                           "03-sweeps.ipynb"]
+                                           "03-sweeps.ipynb", "04-auto.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

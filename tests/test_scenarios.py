@@ -16,8 +16,8 @@ from ccjax.sim.scenario import Scenario, list_scenarios, load_scenario, presets_
 
 PRESETS = [
     "astraea-train", "aurora-train", "auto-cellular", "auto-fairness", "auto-hybrid",
-    "auto-random-loss", "auto-rapid-change", "auto-satellite", "auto-train", "dumbbell", "mocc-test", "mocc-train",
-    "pareto-advance", "zixia-step",
+    "auto-random-loss", "auto-rapid-change", "auto-satellite", "auto-train", "dumbbell",
+    "mocc-test", "mocc-train", "pareto-advance", "zixia-step",
 ]
 
 # The ranges each paper states (or the preset's documented choice), written out independently of

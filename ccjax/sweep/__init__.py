@@ -7,8 +7,9 @@
 * ``batch``: the trials of a group as one compiled program: learner states stacked on a trial
   axis and ``vmap``ped, every trial's environments stepped as one batch; batch size from the
   device's memory.
-* ``schedule``: what a trial's environments train on per iteration (a fixed preference, or
-  MOCC's landmarks all at once or in two phases) and the preferences it is evaluated at.
+* ``schedule``: what a trial's environments train on per iteration (a fixed preference, MOCC's
+  landmarks all at once or in two phases, or AUTO's one preference per episode) and the
+  preferences it is evaluated at.
 * ``ledger``: the sweep directory: SQLite ledger, Parquet curves, orbax checkpoints; the resume
   guarantee.
 * ``runner``: ``run_sweep``, the loop over groups and batches, divergence detection and

@@ -1,7 +1,7 @@
 """Which preference every environment trains on, iteration by iteration (MOCC §4.2-4.3).
 
 A schedule is a sequence of *segments*: a segment runs ``n_iters`` PPO iterations with a
-preference per environment per iteration (``prefs(i)`` -> (n_envs, 3)), and may end with a
+preference per environment per iteration (``prefs(i)`` -> (n_envs, K)), and may end with a
 deterministic evaluation. The trainer asks for segment ``k`` given the evaluations so far, so a
 schedule that stops on convergence (two-phase, all-at-once) and one that resumes after a kill
 are the same code: segment ``k`` is a pure function of ``k``, the seed and the history.
@@ -39,7 +39,7 @@ class Segment:
     cycle: int  # traversal cycle (1-based), 0 in the bootstrap / fixed phases
     label: str  # the landmark visited, or what the batch holds
     n_iters: int
-    prefs: Callable[[int], np.ndarray]  # iteration within the segment -> (n_envs, 3)
+    prefs: Callable[[int], np.ndarray]  # iteration within the segment -> (n_envs, K)
     evaluate: bool  # evaluate (and judge convergence) when the segment ends
     n_current: int = 0  # > 0: only the first n_current envs hold the current preference (replay)
 
@@ -110,7 +110,7 @@ class TwoPhase(_Landmarks):
                                                 self.converge_tol, self.patience):
             return None
         w = self.order[pos]
-        batch = np.broadcast_to(w, (self.n_envs, 3)).astype(np.float32)
+        batch = np.broadcast_to(w, (self.n_envs, len(w))).astype(np.float32)
         return Segment("traverse", cycle + 1, fmt(w), self.visit_iters, lambda i: batch,
                        evaluate=pos == K - 1)
 
@@ -145,11 +145,11 @@ class Fixed:
     non-empty ``replay`` pool, requirement replay (MOCC Eq. 6)."""
 
     n_envs: int
-    preference: tuple[float, float, float]
+    preference: tuple[float, ...]
     iters: int
     eval_every: int = 8
-    replay: np.ndarray | None = None  # (M, 3) stored old preferences
-    probe: np.ndarray | None = None  # (P, 3) old preferences evaluated alongside
+    replay: np.ndarray | None = None  # (M, K) stored old preferences
+    probe: np.ndarray | None = None  # (P, K) old preferences evaluated alongside
     seed: int = 0
     phase: str = "fixed"
     eval_at_start: bool = True  # evaluate the starting model too (adaptation's reference)
@@ -170,7 +170,8 @@ class Fixed:
         if start >= self.iters:
             return None
         n = min(self.eval_every, self.iters - start)
-        cur = np.broadcast_to(np.asarray(self.preference, np.float32), (self.n_envs, 3))
+        cur = np.broadcast_to(np.asarray(self.preference, np.float32),
+                              (self.n_envs, len(self.preference)))
         if self.replay is None or len(self.replay) == 0:
             return Segment(self.phase, 0, fmt(self.preference), n, lambda i: cur, True)
         pool = np.asarray(self.replay, np.float32)
