@@ -185,7 +185,7 @@ def bench_train(algo: str = "ppo-mocc", n_envs: int = 1024, iters: int = 20,
     from ccjax.agents.drivers import compile_chunk, env_mesh, init_runner
     from ccjax.agents.landmarks import simplex_grid
     from ccjax.algos import load_algo
-    from ccjax.train.schedules import spread
+    from ccjax.train.schedules import PerEpisode, spread
     from ccjax.train.setup import build
 
     cfg = load_algo(algo, {**(overrides or {}), "train.n_envs": n_envs})
@@ -193,7 +193,10 @@ def bench_train(algo: str = "ppo-mocc", n_envs: int = 1024, iters: int = 20,
     key = jax.random.PRNGKey(seed)
     state = s.agent.init(key, s.env.spec, s.hyper)
     runner = init_runner(s.venv, s.agent, state, s.params, jax.random.fold_in(key, 1))
-    prefs = jnp.asarray(np.broadcast_to(spread(simplex_grid(0.1), n_envs), (iters, n_envs, 3)))
+    # MOCC's 36 landmarks, or for another number of objectives the episode schedule's points
+    K = s.env.spec.n_objectives
+    grid = simplex_grid(0.1) if K == 3 else PerEpisode(n_envs, K, 1).eval_prefs
+    prefs = jnp.asarray(np.broadcast_to(spread(grid, n_envs), (iters, n_envs, K)))
     n_steps = cfg.train.get("n_steps", 32)
     t0 = time.perf_counter()
     fn, place = compile_chunk(s.venv, s.agent, n_steps, iters, state, runner, s.params, prefs,

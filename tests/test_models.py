@@ -43,13 +43,15 @@ def test_mocc_ships_with_a_card_and_loads_without_jax_and_with_it():
 def test_models_command_lists_each_model_with_its_training_and_scores(capsys):
     code, out, _ = _run(capsys, "models")
     assert code == 0
-    assert out.startswith("mocc: ")
-    card = shipped_models()["mocc"].card
-    for cmd in card["commands"]:
-        assert cmd in out
+    models = shipped_models()
+    assert {"mocc", "auto"} <= set(models)
+    for name, m in models.items():  # each one's entry, its commands, its scores
+        assert f"\n{name}: " in "\n" + out
+        for cmd in m.card["commands"]:
+            assert cmd in out
     assert "utilization" in out and "bbr" in out and "cubic" in out
     code, out, _ = _run(capsys, "models", "--json")
-    assert code == 0 and json.loads(out)["mocc"] == card
+    assert code == 0 and all(json.loads(out)[n] == m.card for n, m in models.items())
 
 
 def test_eval_takes_a_shipped_model_by_name(capsys):
@@ -94,12 +96,12 @@ def test_a_policy_directory_and_a_copy_of_a_model_work_by_path(capsys, tmp_path)
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["simulate", "--cc", "moc", "--flows", "1"], ["cc='moc'", "shipped models are mocc",
+    (["simulate", "--cc", "moc", "--flows", "1"], ["cc='moc'", "shipped models are auto, mocc",
                                                     "cubic"]),
     (["simulate", "--cc", "cubic", "--preference", "0.8,0.1,0.1"], ["preference", "no flow"]),
     (["simulate", "--cc", "mocc", "--preference", "0.8,0.1"], ["preference"]),
     (["eval", "--model", "nothing-here"], ["model='nothing-here'", "mocc"]),
-    (["eval", "--cc", "moc"], ["cc='moc'", "shipped models are mocc"]),
+    (["eval", "--cc", "moc"], ["cc='moc'", "shipped models are auto, mocc"]),
 ])
 def test_unknown_names_and_stray_preferences_are_one_line(capsys, argv, words):
     code, _, err = _run(capsys, *argv)
