@@ -22,6 +22,9 @@ Semantics follow Aurora's simulator (PCC-RL ``network_sim.py``), on which MOCC's
   the last ``history`` MIs' features (sending ratio, latency ratio, latency gradient; oldest
   first; ``ccjax.envs.features``), flattened: 3 + 3 x 10 = 33 values by default; with
   ``log_ratios`` the two ratios enter as logs (``features.encode``);
+  ``features = "auto"`` gives AUTO's five per MI instead (Eq. 4, with the previous action) and
+  ``action_map = "auto"`` its seven multipliers (Eq. 7), ``params.mi_min_rtts`` its MI cap
+  (Eq. 6) and ``reward = auto_reward`` its two objectives (Eq. 5): K = 2 preference weights;
 * action a (continuous): rate <- rate x (1 + alpha a) if a >= 0 else rate / (1 - alpha a),
   alpha = 0.025 (MOCC Eq. 1, Table 2), the result kept within [min_rate, max_rate];
 * the first MI lasts 3 x the link's one-way latency, every later MI 0.5 x the mean RTT measured
@@ -32,13 +35,14 @@ Semantics follow Aurora's simulator (PCC-RL ``network_sim.py``), on which MOCC's
 * reward: a pluggable ``RewardFn`` (``ccjax.envs.rewards``), MOCC's Eq. 2 by default, using the
   link's true capacity over the MI and its base RTT.
 
-``critic_features`` (off by default) appends ``N_CRITIC`` facts about the link and the episode to
-the observation, for the critic only (an asymmetric actor-critic: Pinto et al., "Asymmetric
-Actor Critic for Image-Based Robot Learning", RSS 2018): the sending rate over the link's
+``critic_features`` (off by default) gives the critic ``N_CRITIC`` facts about the link and the
+episode as its own input (``critic_obs``; ``Trajectory.critic``; an asymmetric actor-critic:
+Pinto et al., "Asymmetric Actor Critic for Image-Based Robot Learning", RSS 2018): the
+sending rate over the link's
 capacity, its random loss, its base RTT, a packet's transmission time over the base RTT, the
 last MI's RTT over the base RTT, and the share of the episode left. The actor reads only the
-first ``actor_obs_dim`` values (MOCC's state), so the trained policy, its export and its
-deployment are unchanged; what changes is the critic's baseline. Why: MOCC's state is relative
+observation (MOCC's state), so the trained policy, its export and its deployment are
+unchanged; what changes is the critic's baseline. Why: MOCC's state is relative
 (ratios to the flow's own history), so it cannot tell the critic how far below capacity the
 flow is or how good a link's latency can get, and the return differs from link to link by more
 than any one action changes it; at w = <0.1, 0.8, 0.1> the gain of sending at 0.9 rather than
