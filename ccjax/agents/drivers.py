@@ -103,13 +103,13 @@ def scan_rollout(venv: VecEnv, runner: Runner, params: EnvParams, n_steps: int, 
         new_a, new_aux = choose(r, k_act)
         action, aux = hold_during_mi(r, new_a, new_aux)
         obs, st, reward, done, info = venv.step(k_env, r.env_state, action, params)
-        critic = venv.critic_obs(st, params)
+        critic = info.critic  # the returned states' (VecEnv: a reset episode's where one ended)
         term = jnp.asarray(info.terminated, bool) & done
         tr = Trajectory(obs=r.obs, critic=r.critic, action=action, aux=aux, reward=reward,
                         objectives=info.objectives, next_obs=info.next_obs,
                         next_critic=info.next_critic, terminated=term, truncated=done & ~term,
                         done=done, valid=info.valid,
-                        info=info.replace(next_obs=(), next_critic=()))
+                        info=info.replace(next_obs=(), next_critic=(), critic=()))
         return Runner(env_state=st, obs=obs, critic=critic, action=action, aux=aux,
                       key=key), tr
 

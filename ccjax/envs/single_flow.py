@@ -182,6 +182,9 @@ class StepInfo(struct.PyTreeNode):
     #: bootstraps from (the drivers move them into ``Trajectory``)
     next_obs: Any = ()
     next_critic: Any = ()
+    #: the critic input of the observation the step returns (after an auto-reset: the new
+    #: episode's); ``VecEnv`` fills it so the drivers need not compute it again
+    critic: Any = ()
 
 
 @dataclass(frozen=True)

@@ -101,11 +101,15 @@ class VecEnv:
         obs, st, reward, done, info = jax.vmap(env.end, in_axes=(0, 0, ax))(st, sim, params)
 
         def do_reset(args):
-            obs, st = args
+            obs, st, critic = args
             obs_r, st_r = self.reset(k_reset, params)
             sel = lambda r, s: jnp.where(  # noqa: E731
                 done.reshape(done.shape + (1,) * (s.ndim - 1)), r, s)
-            return jax.tree.map(sel, obs_r, obs), jax.tree.map(sel, st_r, st)
+            return (jax.tree.map(sel, obs_r, obs), jax.tree.map(sel, st_r, st),
+                    sel(self.critic_obs(st_r, params), critic))
 
-        obs, st = jax.lax.cond(jnp.any(done), do_reset, lambda a: a, (obs, st))
-        return obs, st, reward, done, info
+        # the critic input of the returned states: the step's own, a reset episode's where one
+        # ended (computed only on the steps where some episode did)
+        obs, st, critic = jax.lax.cond(jnp.any(done), do_reset, lambda a: a,
+                                       (obs, st, info.next_critic))
+        return obs, st, reward, done, info.replace(critic=critic)
