@@ -166,10 +166,10 @@ class Fixed:
         return self.iters
 
     def segment(self, k: int, evals: list[float]) -> Segment | None:
-        start = k * self.eval_every
-        if start >= self.iters:
+        block = evaluation_block(k, self.eval_every, self.iters)
+        if block is None:
             return None
-        n = min(self.eval_every, self.iters - start)
+        start, n = block
         cur = np.broadcast_to(np.asarray(self.preference, np.float32),
                               (self.n_envs, len(self.preference)))
         if self.replay is None or len(self.replay) == 0:
@@ -216,14 +216,23 @@ class PerEpisode:
         return self.iters
 
     def segment(self, k: int, evals: list[float]) -> Segment | None:
-        start = k * self.eval_every
-        if start >= self.iters:
+        block = evaluation_block(k, self.eval_every, self.iters)
+        if block is None:
             return None
-        n = min(self.eval_every, self.iters - start)
+        _, n = block
         # the per-environment preference is unused (each episode draws its own); its shape
         # is what the compiled chunk takes
         zeros = np.zeros((self.n_envs, self.n_objectives), np.float32)
         return Segment(self.phase, 0, "w per episode", n, lambda i: zeros, True)
+
+
+def evaluation_block(k: int, eval_every: int, iters: int) -> tuple[int, int] | None:
+    """(first iteration, length) of segment ``k`` of a run of ``iters`` iterations evaluated
+    every ``eval_every``, or None past its end (``Fixed``, ``PerEpisode``)."""
+    start = k * eval_every
+    if start >= iters:
+        return None
+    return start, min(eval_every, iters - start)
 
 
 def fmt(w) -> str:
