@@ -12,7 +12,7 @@ import numpy as np
 from ccjax.cc.registry import get_controller
 from ccjax.envs.actions import ACTION_MAPS
 from ccjax.envs.features import FEATURE_SETS
-from ccjax.envs.rewards import OBJECTIVES, get_reward
+from ccjax.envs.rewards import OBJECTIVES, get_reward, objective_names
 from ccjax.envs.single_flow import EnvParams, SingleFlowEnv
 from ccjax.errors import ConfigError, require
 from ccjax.sim.link import MODELS, LinkSpec, build_links, plan
@@ -71,7 +71,7 @@ def make_single_flow(
     require(isinstance(episode_len, int) and episode_len >= 1, "episode_len", episode_len,
             "an integer >= 1")
     reward_fn = get_reward(reward)
-    names = OBJECTIVES[reward]
+    names = objective_names(reward)
     if preference == (1 / 3, 1 / 3, 1 / 3) and len(names) != 3:
         preference = tuple([1.0 / len(names)] * len(names))  # the default: equal weights
     w = check_preference(preference, names=names)

@@ -90,6 +90,12 @@ OBJECTIVES: dict[str, tuple[str, ...]] = {"mocc": ("thr", "lat", "loss"),
                                           "auto": ("thr", "delay")}
 
 
+def objective_names(reward: str) -> tuple[str, ...]:
+    """The objectives of the reward named ``reward``; one registered in ``REWARDS`` without an
+    ``OBJECTIVES`` entry returns MOCC's three (the convention every reward here follows)."""
+    return OBJECTIVES.get(reward, OBJECTIVES["mocc"])
+
+
 def get_reward(name: str) -> RewardFn:
     try:
         return REWARDS[name]

@@ -55,9 +55,9 @@ LANDMARK_SCHEDULES = ("all-at-once", "two-phase")
 def n_objectives(cfg: AlgoConfig) -> int:
     """K, the weights of a preference: the objectives of the config's reward (without building
     the environment, whose ``spec.n_objectives`` is the same number)."""
-    from ccjax.envs.rewards import OBJECTIVES
+    from ccjax.envs.rewards import objective_names
 
-    return len(OBJECTIVES[cfg.env.get("reward", "mocc")])
+    return len(objective_names(cfg.env.get("reward", "mocc")))
 
 
 def default_preference(k: int) -> tuple[float, ...]:

@@ -43,16 +43,16 @@ def make_schedule(cfg: AlgoConfig, seed: int = 0) -> Any:
     if kind == "all-at-once":
         return AllAtOnce(n, **common)
     if kind == "episode":
-        from ccjax.envs.rewards import OBJECTIVES
+        from ccjax.envs.rewards import objective_names
 
         if "iters" not in t:
             raise ConfigError("train.iters is missing: the episode schedule needs a number of "
                               "iterations (>= 1)")
-        k = len(OBJECTIVES[cfg.env.get("reward", "mocc")])
+        k = len(objective_names(cfg.env.get("reward", "mocc")))
         return PerEpisode(n, k, t["iters"], t.get("eval_every", 8))
-    from ccjax.envs.rewards import OBJECTIVES
+    from ccjax.envs.rewards import objective_names
 
-    names = OBJECTIVES.get(cfg.env.get("reward", "mocc"), OBJECTIVES["mocc"])
+    names = objective_names(cfg.env.get("reward", "mocc"))
     pref = cfg.env.get("preference", tuple([1.0 / len(names)] * len(names)))
     w = check_preference(pref, "env.preference", names=names)
     if "iters" not in t:
