@@ -216,9 +216,8 @@ class AdaM:
         d.mkdir(parents=True, exist_ok=True)
         flat = traverse_util.flatten_dict(self.params["params"], sep="/")
         np.savez(d / "adam.npz", **{k: np.asarray(v) for k, v in flat.items()})
-        meta = {"format": "ccjax-adam/1", "config": asdict(self), "mean": self.mean.tolist(),
-                "std": self.std.tolist()}
-        meta["config"] = asdict(self.cfg)
+        meta = {"format": "ccjax-adam/1", "config": asdict(self.cfg),
+                "mean": self.mean.tolist(), "std": self.std.tolist()}
         (d / "adam.json").write_text(json.dumps(meta, indent=2) + "\n")
         return d
 
