@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,11 +30,6 @@ ANNEAL_MODES = ("constant", "linear")
 #: agent.adv_norm: advantages normalised over the batch (PPO1) or per preference
 #: (ccjax.agents.ppo.PPO.normalise)
 ADV_NORMS = ("batch", "preference")
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10 only
-    import tomli as tomllib
 
 _NUM = (int, float)
 _SCHEDULES = ("two-phase", "all-at-once", "fixed", "episode")
@@ -339,20 +333,22 @@ def load_algo(name_or_path: str | os.PathLike[str],
                               f"{', '.join(list_algos()) or '(none)'} (or a path to a .toml)")
     if not path.is_file():
         raise ConfigError(f"algo={s!r} is invalid: file not found")
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path.name} is invalid TOML: {e}") from None
+    from ccjax.presets import read_toml
+
+    data = read_toml(path, s)
     where = path.name
     extra = set(data) - set(SCHEMA) - {"name", "description", "source"}
     if extra:
         raise ConfigError(f"{where} is invalid: unknown table or key {sorted(extra)[0]!r}; "
                           f"allowed: name, description, source, {', '.join(SCHEMA)}")
-    tables = {t: dict(data.get(t, {})) for t in SCHEMA}
-    for t, kv in tables.items():
+    for t in SCHEMA:  # before dict() reads a value that is no table
         if not isinstance(data.get(t, {}), dict):
             raise ConfigError(f"{where} is invalid: [{t}] must be a table")
+    for k in ("name", "description", "source"):
+        if not isinstance(data.get(k, ""), str):
+            raise ConfigError(f"{k}={data[k]!r} is invalid in {where}: a string")
+    tables = {t: dict(data.get(t, {})) for t in SCHEMA}
+    for t, kv in tables.items():
         _check_table(t, kv, where)
     overrides = dict(overrides or {})
     for dotted, v in overrides.items():

@@ -7,13 +7,13 @@ compiled.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ccjax import jsonout
 from ccjax.errors import ConfigError, require
 
 if TYPE_CHECKING:  # the CLI imports JAX only once a command needs it
@@ -199,7 +199,8 @@ def _add_simulate(sub) -> None:
     p.add_argument("--series-interval-s", type=float, default=None,
                    help="length of the summary's time-series slots (default 0.1 s, or the whole "
                    "run if shorter; at most the run's duration)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--json", action="store_true", help="print one JSON object (strict JSON: "
+                   "a value that is not a finite number is null)")
     p.add_argument("--plot", help="write a plot of each flow's throughput, RTT and window "
                    "and the queue over time (.png or .pdf)")
 
@@ -324,7 +325,7 @@ def cmd_simulate(args) -> int:
         out["batch"] = summaries
     # The results first: a plot that cannot be written after all loses nothing of the run.
     if args.json:
-        print(json.dumps(out), flush=True)
+        print(jsonout.dumps(out), flush=True)
     else:
         _print_table(summaries[0], name)
         if len(summaries) > 1:
@@ -464,6 +465,7 @@ def cmd_validate(args) -> int:
     require(args.ns3_hystart is None or args.cc == "cubic", "ns3_hystart", args.ns3_hystart,
             f"given only with --cc cubic (ns-3's {args.cc} has no HyStart)")
     hystart = v.NS3_HYSTART_DETECT if args.ns3_hystart is None else args.ns3_hystart
+    v.check_ccjax_fits(sc, args.model, args.ccjax_seeds)  # before ns-3 spends its time
     if args.plot is not None:
         from ccjax.plot import check_plot_path
 
@@ -486,7 +488,7 @@ def cmd_validate(args) -> int:
                    ns3_seeds=list(args.ns3_seeds), ccjax_seeds=args.ccjax_seeds,
                    ns3_hystart=hystart if args.cc == "cubic" else None,
                    ns3_wall_s=t1 - t0, ccjax_wall_s=t2 - t1)
-        print(json.dumps(rec))
+        print(jsonout.dumps(rec))
     else:
         _validate_table(c, tol, args, t1 - t0, t2 - t1, hystart if args.cc == "cubic" else None)
     if args.plot is not None:
@@ -510,7 +512,7 @@ def cmd_bench_train(args) -> int:
                           "iters >= 1")
     out = bench_train(args.algo, n_envs=n_envs, iters=args.iters, shard=args.shard)
     if args.json:
-        print(json.dumps(out))
+        print(jsonout.dumps(out))
         return 0
     print(f"ccjax bench train, {out['algo']} on {out['scenario']} ({out['model']} model), "
           f"{out['n_envs']} envs x {out['n_steps']} steps/iteration, tick budget "
@@ -530,7 +532,7 @@ def cmd_bench_sweep(args) -> int:
     out = bench_sweep(args.spec, trials=args.trials, iters=args.iters, envs=args.envs,
                       batch=args.batch, overrides=dict(args.set or []), keep=args.keep)
     if args.json:
-        print(json.dumps(out))
+        print(jsonout.dumps(out))
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -628,7 +630,7 @@ def cmd_bench(args) -> int:
                     workloads=tuple(args.workloads), ns3=use_ns3,
                     ns3_duration_s=args.ns3_duration_s)
     if args.json:
-        print(json.dumps(out))
+        print(jsonout.dumps(out))
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -670,14 +672,14 @@ def cmd_bench(args) -> int:
 
 def _set_value(text: str) -> tuple[str, object]:
     """``table.key=value`` with value parsed as TOML (numbers, lists, strings, booleans)."""
-    from ccjax.algos import tomllib
+    from ccjax.presets import tomllib
 
     key, sep, raw = text.partition("=")
     if not sep or "." not in key:
         raise argparse.ArgumentTypeError(f"set={text!r} is invalid: use table.key=value")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):  # not TOML: the text itself
         value = raw
     return key.strip(), value
 
@@ -693,7 +695,22 @@ def _overrides(args) -> dict:
     if getattr(args, "preference", None) is not None:
         from ccjax.envs.build import check_preference
 
-        ov["env.preference"] = [float(x) for x in check_preference(args.preference)]
+        w = [float(x) for x in check_preference(args.preference)]
+        if "env.preference" in ov:
+            # both given: the flag would replace --set's value unseen. That value is checked by
+            # the flag's rule (what else would it mean beside --preference), then refused
+            # unless the two agree
+            given = ov["env.preference"]
+            if not isinstance(given, list):
+                raise ConfigError(f"env.preference={given!r} is invalid in --set: a list of "
+                                  "weights, e.g. [0.8, 0.1, 0.1]")
+            from_set = [float(x) for x in check_preference(given, "--set env.preference")]
+            if from_set != w:
+                raise ConfigError(
+                    f"--set env.preference={given!r} and --preference "
+                    f"{','.join(f'{x:g}' for x in args.preference)} are two preferences: give "
+                    "one (drop --set env.preference; --preference is the flag for it)")
+        ov["env.preference"] = w
     return ov
 
 
@@ -715,7 +732,7 @@ def cmd_train(args) -> int:
     from ccjax.train import train
 
     cfg = load_algo(args.algo, _overrides(args))
-    summary = train(cfg, args.out, seed=args.seed, resume=args.resume,
+    summary = train(cfg, args.out, seed=args.seed, resume=args.resume, restart=args.restart,
                     progress=not args.quiet and sys.stderr.isatty(),
                     max_iters=args.max_iters, log=_log(args))
     _print_summary(summary, args.out)
@@ -729,7 +746,7 @@ def cmd_adapt(args) -> int:
         raise ConfigError(f"iters={args.iters} is invalid: an integer >= 1")
     summary = adapt(args.from_dir, args.preference, args.out, replay=not args.no_replay,
                     iters=args.iters, seed=args.seed, resume=args.resume,
-                    progress=not args.quiet and sys.stderr.isatty(),
+                    restart=args.restart, progress=not args.quiet and sys.stderr.isatty(),
                     max_iters=args.max_iters, log=_log(args))
     _print_summary(summary, args.out or "(under the source run's adapt/)")
     return 0
@@ -739,7 +756,9 @@ def _add_train(sub) -> None:
     t = sub.add_parser("train", help="train a learned controller (PPO-MOCC, Aurora, AUTO)",
                        description="Train an algorithm preset (algos/*.toml) into --out: "
                        "metrics.csv and eval.csv as they come, orbax checkpoints, the exported "
-                       "policy at the end. --resume continues a killed run.")
+                       "policy at the end. --resume continues a killed run from its newest "
+                       "intact checkpoint, exactly as if it had not stopped; --restart starts "
+                       "it over.")
     t.add_argument("--algo", default="ppo-mocc", help="preset name (algos/) or TOML path")
     t.add_argument("--scenario", help="training scenario (default: the preset's)")
     t.add_argument("--landmarks-step", type=float, help="landmark grid step (0.1 -> 36)")
@@ -753,7 +772,12 @@ def _add_train(sub) -> None:
                    help="override any preset value, e.g. --set hyper.lr=3e-4 (repeatable)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--out", required=True, help="run directory")
-    t.add_argument("--resume", action="store_true", help="continue the run in --out")
+    t.add_argument("--resume", action="store_true",
+                   help="continue the run in --out (same arguments) from its newest intact "
+                   "checkpoint")
+    t.add_argument("--restart", action="store_true",
+                   help="start the run in --out over (same arguments): its checkpoints, "
+                   "metrics, evaluations and policy are removed")
     t.add_argument("--max-iters", type=int, help="stop after this many iterations (resumable)")
     t.add_argument("--quiet", action="store_true")
     a = sub.add_parser("adapt", help="adapt a trained MOCC model to a new preference",
@@ -765,7 +789,10 @@ def _add_train(sub) -> None:
     a.add_argument("--iters", type=int, help="iterations (default: the preset's adapt_iters)")
     a.add_argument("--seed", type=int)
     a.add_argument("--out", help="run directory (default FROM/adapt/<w>)")
-    a.add_argument("--resume", action="store_true")
+    a.add_argument("--resume", action="store_true",
+                   help="continue the adaptation in --out from its newest intact checkpoint")
+    a.add_argument("--restart", action="store_true",
+                   help="start the adaptation in --out over (its records are removed)")
     a.add_argument("--max-iters", type=int, help="stop after this many iterations (resumable)")
     a.add_argument("--quiet", action="store_true")
 
@@ -799,7 +826,7 @@ def _add_eval(sub) -> None:
     e.add_argument("--init-rate-frac", type=float, default=None,
                    help="a policy's initial rate, fraction of the link capacity (default 0.5)")
     e.add_argument("--json", action="store_true", help="print one JSON object (with per-link "
-                   "rows)")
+                   "rows; strict JSON: a value that is not a finite number is null)")
     e.add_argument("--csv", help="also write the table to this CSV file")
 
 
@@ -839,7 +866,7 @@ def cmd_eval(args) -> int:
                                    else args.init_rate_frac))
     # The results first: a CSV that cannot be written after all loses nothing of the run.
     if args.json:
-        print(json.dumps(res.to_dict()), flush=True)
+        print(jsonout.dumps(res.to_dict()), flush=True)
     else:
         _print_eval_table(res)
     if args.csv:
@@ -946,7 +973,9 @@ def cmd_sweep(args) -> int:
     except SweepWorkerError as e:  # not a usage error: the sweep started and can be resumed
         print(f"ccjax: error: {e}", file=sys.stderr)
         return 1
-    print(f"{summary['done']} done, {summary['failed']} failed, {summary['pending']} pending "
+    deg = summary.get("degenerate") or 0
+    print(f"{summary['done']} done{f' ({deg} degenerate)' if deg else ''}, "
+          f"{summary['failed']} failed, {summary['pending']} pending "
           f"of {summary['trials']} trials in {summary['wall_s']:.1f} s "
           f"({len(summary['batches'])} batch(es) run now); `ccjax results {out}` shows them")
     if "prefeval" in summary:
@@ -966,15 +995,19 @@ def cmd_results(args) -> int:
     if args.csv:
         write_csv(args.csv, rows)
     if args.json:
-        print(json.dumps(rows, default=str))
+        print(jsonout.dumps(rows, default=str))
         return 0
     from rich.console import Console
     from rich.table import Table
 
     counts: dict[str, int] = {}
+    n_degenerate = 0
     for r in results(args.sweep_dir):
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    t = Table(title=f"{args.sweep_dir}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+        n_degenerate += bool(r["status"] == "done" and r.get("degenerate"))
+    title = ", ".join(f"{n} {s}" + (f" ({n_degenerate} degenerate)" if s == "done"
+                                     and n_degenerate else "") for s, n in counts.items())
+    t = Table(title=f"{args.sweep_dir}: {title}"
               + (f"; {len(rows)} shown" if args.filter or args.limit is not None else ""),
               title_justify="left")
     axes = varying_keys(rows)
@@ -988,6 +1021,8 @@ def cmd_results(args) -> int:
         cells = []
         for h, f in heads:
             v = r.get(h)
+            if h == "status" and v == "done" and r.get("degenerate"):
+                v = "done, degenerate"  # the why is in its reason
             cells.append("" if v is None else f.format(v) if f else
                          (f"{v:.3g}" if isinstance(v, float) else str(v)))
         t.add_row(*cells)
@@ -998,6 +1033,10 @@ def cmd_results(args) -> int:
             "the trial's preference (landmark schedules: mean over the landmarks); iter_99: "
             "first evaluated iteration within 1% of best_reward; train_s: its batch's training "
             "wall time")
+    if n_degenerate:
+        c.print("degenerate: finished, but its final policy collapsed (the reason says how; "
+                "ccjax.sweep.runner.degenerate); left out of `ccjax prefeval` and its figures, "
+                "as failed trials are")
     if args.csv:
         c.print(f"table written to {args.csv}")
     return 0
@@ -1070,7 +1109,7 @@ def cmd_models(args) -> int:
 
     models = shipped_models()
     if args.json:
-        print(json.dumps({n: m.card for n, m in models.items()}))
+        print(jsonout.dumps({n: m.card for n, m in models.items()}))
         return 0
     for n, m in models.items():
         c = m.card

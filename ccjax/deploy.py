@@ -66,6 +66,8 @@ import importlib.util
 import json
 import math
 import sys
+import zipfile
+import zlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -451,16 +453,50 @@ def load(path: str | Path) -> Policy:
     except (OSError, ValueError) as e:
         raise PolicyError(f"{where}: {META_FILE} is not valid JSON ({e})") from None
     meta = read_meta(meta, where)  # the fields before the weights are opened
+    return Policy(read_weights(d / PARAMS_FILE), meta, where)
+
+
+#: what reading a damaged .npz raises: numpy's header errors (ValueError), a truncated or
+#: overwritten archive (zipfile.BadZipFile, EOFError), a damaged deflate stream (zlib.error),
+#: a member zipfile cannot decompress (NotImplementedError)
+_NPZ_ERRORS = (OSError, ValueError, EOFError, KeyError, NotImplementedError,
+               zipfile.BadZipFile, zlib.error)
+
+
+def read_weights(path: str | Path) -> dict[str, np.ndarray]:
+    """The arrays of a policy's weights file (``policy.npz``), each checked to be numbers, all
+    finite. A file that is not a readable .npz (cut short, overwritten) or holds NaN or inf
+    (a training run that diverged) is a one-line ``PolicyError`` naming the file: a policy
+    with non-finite weights would only ever answer NaN rates."""
+    where = f"policy weights {str(path)!r}"
     try:
-        with np.load(d / PARAMS_FILE, allow_pickle=False) as z:
+        with np.load(path, allow_pickle=False) as z:
             weights = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise PolicyError(f"{where}: {PARAMS_FILE} is not readable ({e})") from None
-    return Policy(weights, meta, where)
+    except _NPZ_ERRORS as e:
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise PolicyError(f"{where} is invalid: not a readable .npz ({why}); allowed: the "
+                          "file ccjax.agents.export.save_policy writes (cut short or "
+                          "overwritten?)") from None
+    _check_finite(weights, where)
+    return weights
+
+
+def _check_finite(weights: Mapping[str, Any], where: str) -> None:
+    for k, v in weights.items():
+        a = np.asarray(v)
+        if a.dtype.kind not in "fiu":  # booleans, strings, dates are no weights
+            raise PolicyError(f"{where}: weight {k!r} is invalid: dtype {a.dtype}; allowed: "
+                              "floating-point numbers")
+        bad = int(a.size - np.count_nonzero(np.isfinite(a)))
+        if bad:
+            raise PolicyError(f"{where}: weight {k!r} is invalid: {bad} of its {a.size} values "
+                              "are NaN or infinite; allowed: finite weights (did its training "
+                              "diverge?)")
 
 
 def _check_weights(weights: Mapping[str, np.ndarray], want: Mapping[str, tuple[int, ...]],
                    where: str = "policy") -> None:
+    _check_finite(weights, where)
     if set(weights) != set(want):
         raise PolicyError(f"{where}: weights {sorted(weights)} do not match the network "
                           f"{sorted(want)} (missing {sorted(set(want) - set(weights))}, "

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 _FLAG = "--xla_force_host_platform_device_count"
+#: when no memory figure can be read
+FALLBACK_FREE_BYTES = 4 << 30
 
 
 def use_all_cpu_cores(n: int | None = None) -> bool:
@@ -65,3 +68,29 @@ def shard_batch(tree, batch: int):
         return tree
     sharding = NamedSharding(mesh, PartitionSpec("links"))
     return jax.tree.map(lambda x: jax.device_put(x, sharding), tree)
+
+
+def free_memory_bytes(device: Any = None) -> tuple[int, str]:
+    """(bytes free on ``device``, where the figure came from): the device's ``memory_stats``
+    (GPU, TPU), else the host's MemAvailable (the CPU backend allocates host memory), else a
+    4 GiB guess (``FALLBACK_FREE_BYTES``, source ``"fallback guess"``)."""
+    import jax
+
+    device = device or jax.devices()[0]
+    try:
+        st = device.memory_stats()
+    except Exception:  # noqa: BLE001 - CPU devices may not implement it
+        st = None
+    if st and st.get("bytes_limit"):
+        return int(st["bytes_limit"] - st.get("bytes_in_use", 0)), "device memory_stats"
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "host MemAvailable"
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "host free pages"
+    except (ValueError, OSError, AttributeError):
+        return FALLBACK_FREE_BYTES, "fallback guess"

@@ -63,7 +63,15 @@ from ccjax.errors import ConfigError, require
 from ccjax.sim import capacity
 from ccjax.sim.link import MODELS, LinkSpec, build_links, plan
 from ccjax.sim.resolution import resolve_tick
-from ccjax.sim.run import RunResult, Timeline, make_runner, make_timeline, run, summarize
+from ccjax.sim.run import (
+    RunResult,
+    Timeline,
+    check_memory,
+    make_runner,
+    make_timeline,
+    run,
+    summarize,
+)
 from ccjax.sim.scenario import Scenario, load_scenario
 
 #: initial rate of a policy, as a fraction of each link's mean capacity (see the module doc)
@@ -369,6 +377,7 @@ def _run_cached(cfg: Any, ctl: Controller, timeline: Timeline, links: Any, param
     from ccjax.devices import batch_mesh, shard_batch
 
     B = int(links.buffer_bytes.shape[0])
+    check_memory(cfg, B, timeline)  # before anything is traced
     links, params, keys = shard_batch((links, params, keys), B)
     tctl = _traced(ctl)
     key = (cfg, tctl, timeline, B)

@@ -35,10 +35,14 @@ import zlib
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ccjax.units import PACKET_BYTES
+
+if TYPE_CHECKING:  # imported where a run needs it: this module loads without JAX
+    from ccjax.sim.link import LinkSpec
 
 #: controllers compared (ns-3's TcpNewReno, TcpCubic, TcpVegas)
 VALIDATED_CC = ("newreno", "cubic", "vegas")
@@ -533,6 +537,30 @@ def run_ccjax_seeds(scenarios: Sequence[Scenario], model: str = "packet",
     return [runs[i * k:(i + 1) * k] for i in range(len(scenarios))]
 
 
+def _ccjax_link(sc: Scenario) -> LinkSpec:
+    """The ccjax link of a scenario: ns-3's dumbbell, handshake, access delays and jitter."""
+    from ccjax.api import link_from_flags
+
+    return link_from_flags(flows=sc.flows, bw_mbps=sc.bw_mbps, rtt_ms=list(sc.rtt_ms),
+                           buffer_pkts=sc.buffer_pkts, loss=sc.loss, handshake=True,
+                           access_ms=ns3_access_ms(sc.rtt_ms), jitter_ms=ns3_jitter_ms(sc.bw_mbps))
+
+
+def check_ccjax_fits(sc: Scenario, model: str, n_seeds: int) -> None:
+    """A one-line ``ConfigError`` where ccjax's batch of ``n_seeds`` runs of ``sc`` would not
+    fit in memory or in the simulator's tick count (``sim.link.plan``, ``sim.run.check_memory``,
+    the checks ``run_ccjax`` meets), called before ns-3 runs: a refusal after ns-3's hours
+    would waste them."""
+    from ccjax.sim.link import plan
+    from ccjax.sim.run import check_memory, make_timeline
+
+    specs = [_ccjax_link(sc)] * n_seeds
+    cfg, _ = plan(specs, sc.duration_s, n_flows=sc.flows, tick_s=1e-3, model=model)
+    # run_controller's default series interval, 0.1 s
+    check_memory(cfg, n_seeds, make_timeline(sc.duration_s, 0.1, cfg.tick_s),
+                 others="or fewer ccjax seeds (--ccjax-seeds)")
+
+
 def run_ccjax_jobs(jobs: Sequence[tuple[Scenario, int]], model: str = "packet",
                    window_sender: str | None = None, retx_loss: bool = True,
                    recovery: str | None = None) -> list[Measured]:
@@ -540,7 +568,7 @@ def run_ccjax_jobs(jobs: Sequence[tuple[Scenario, int]], model: str = "packet",
     whatever the mix of scenarios and seeds; options as ``run_ccjax``. A run depends on its
     scenario and seed alone (``scenario_seed``), not on the batch it shares: the test suite
     holds a report's stored runs to reruns in other batches (measured bit-identical)."""
-    from ccjax.api import link_from_flags, run_controller
+    from ccjax.api import run_controller
     from ccjax.cc.registry import get_controller
 
     out: list[Measured | None] = [None] * len(jobs)
@@ -549,11 +577,7 @@ def run_ccjax_jobs(jobs: Sequence[tuple[Scenario, int]], model: str = "packet",
         groups.setdefault((sc.cc, sc.duration_s), []).append(j)
     for (cc, duration), idx in groups.items():
         mine = [jobs[j] for j in idx]
-        specs = [link_from_flags(flows=sc.flows, bw_mbps=sc.bw_mbps, rtt_ms=list(sc.rtt_ms),
-                                 buffer_pkts=sc.buffer_pkts, loss=sc.loss,
-                                 handshake=True, access_ms=ns3_access_ms(sc.rtt_ms),
-                                 jitter_ms=ns3_jitter_ms(sc.bw_mbps))
-                 for sc, _ in mine]
+        specs = [_ccjax_link(sc) for sc, _ in mine]
         ctl = get_controller(cc)
         n_flows = max(s.n_flows for s in specs)
         ws = window_sender or NS3_WINDOW_SENDER.get(cc, "paced")

@@ -27,16 +27,21 @@ KIND_SMALL = {"ppo": {"agent.n_minibatches": 2},
                            "agent.head_width": 8}}
 
 
-def small(name: str, **extra):
+def small_overrides(name: str, **extra) -> dict:
+    """The overrides ``small`` loads ``name`` with (``--set`` pairs on a command line)."""
     cfg = load_algo(name)
     kind = agent_kind(cfg.agent)
-    over = {**SMALL, **KIND_SMALL[kind], **extra}
+    over = {**SMALL, **KIND_SMALL[kind]}
     sched = cfg.train.get("schedule", "two-phase")
     if sched in ("two-phase", "all-at-once"):
         over.update({"train.schedule": "fixed", "train.iters": 2, "train.eval_every": 2})
     else:
         over.update({"train.iters": 2, "train.eval_every": 2})
-    return load_algo(name, over)
+    return {**over, **extra}
+
+
+def small(name: str, **extra):
+    return load_algo(name, small_overrides(name, **extra))
 
 
 def test_every_kind_has_a_preset():

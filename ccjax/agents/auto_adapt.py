@@ -224,11 +224,13 @@ class AdaM:
     @classmethod
     def load(cls, path: str | os.PathLike) -> AdaM:
         d = Path(path)
+        from ccjax import deploy
+
         try:
             meta = json.loads((d / "adam.json").read_text())
-            with np.load(d / "adam.npz") as z:
-                flat = {k: jnp.asarray(z[k]) for k in z.files}
-        except (OSError, ValueError) as e:
+            # deploy's reader: a file cut short or holding NaN is one line naming it
+            flat = {k: jnp.asarray(v) for k, v in deploy.read_weights(d / "adam.npz").items()}
+        except (OSError, ValueError) as e:  # deploy.PolicyError is a ValueError
             raise ConfigError(f"adam={str(d)!r} is invalid: not a saved AdaM ({e})") from None
         require(meta.get("format") == "ccjax-adam/1", "format", meta.get("format"),
                 "'ccjax-adam/1'")

@@ -194,10 +194,9 @@ def load_policy(path: str | os.PathLike) -> LoadedPolicy:
     npz = d / PARAMS_FILE
     require(npz.is_file(), "policy", str(d), f"{PARAMS_FILE} is missing")
     try:
-        with np.load(npz, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"policy={str(npz)!r} is invalid: not a readable .npz ({e})") from None
+        arrays = deploy.read_weights(npz)  # readable, numbers, finite
+    except deploy.PolicyError as e:
+        raise ConfigError(str(e)) from None
     module = network_module(meta["network"])
     _check_shapes(module, meta, arrays)
     params = traverse_util.unflatten_dict(

@@ -9,13 +9,12 @@
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ccjax import jsonout
 from ccjax.errors import ConfigError, require
 
 
@@ -48,7 +47,7 @@ def load_auto_run(run: str) -> tuple[Any, Any, Any]:
     from ccjax.algos import agent_kind
     from ccjax.train import load_run
     from ccjax.train.setup import build
-    from ccjax.train.store import Checkpoints
+    from ccjax.train.store import CheckpointDamaged, Checkpoints
 
     cfg, seed, _ = load_run(run)
     require(agent_kind(cfg.agent) == "envelope", "run", run,
@@ -62,6 +61,9 @@ def load_auto_run(run: str) -> tuple[Any, Any, Any]:
         if ck.latest() is None:
             raise ConfigError(f"run={run!r} is invalid: it has no checkpoint")
         state, _ = ck.restore(s.agent.init(jax.random.PRNGKey(0), s.env.spec, s.hyper))
+    except CheckpointDamaged as e:
+        raise ConfigError(f"run={run!r} is invalid: its model cannot be restored ({e})"
+                          ) from None
     finally:
         ck.close()
     return cfg, s, state
@@ -104,7 +106,7 @@ def cmd_adam(args: Any) -> int:
                                                    minlength=len(acfg.classes)).tolist(),
                   "final_loss": losses[-1]}
         out = model.save(args.out)
-        (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+        (out / "report.json").write_text(jsonout.dumps(report, indent=2) + "\n")
         print(f"AdaM on {scenario}: train accuracy {report['train_accuracy']:.3f} "
               f"({args.links} links), held-out accuracy {report['test_accuracy']:.3f} "
               f"({args.test_links} links; always w_t={report['majority_class']}: "
@@ -121,9 +123,8 @@ def cmd_adam(args: Any) -> int:
             in enumerate(zip(pred, d.labels, strict=True))]
     accuracy = float((pred == d.labels).mean())
     if args.json:
-        json.dump({"scenario": args.scenario, "accuracy": accuracy, "links": rows}, sys.stdout,
-                  indent=2)
-        print()
+        print(jsonout.dumps({"scenario": args.scenario, "accuracy": accuracy, "links": rows},
+                            indent=2))
         return 0
     for r in rows:
         print(f"link {r['link']}: AdaM chooses w=({r['chosen_w'][0]:.1f},"

@@ -204,15 +204,29 @@ def select(trials: SweepTrials, available: list[str], wanted: list[str] | None,
 
 
 # -- training curves -----------------------------------------------------------------------------
-def read_curves(sweep_dir: Path, ids: list[str]) -> dict[str, dict[str, np.ndarray]]:
-    """Each trial's curve (``curves/<id>.parquet``) as numpy columns (nulls as NaN)."""
+def read_parquet(path: Path, what: str) -> Any:
+    """The Parquet file ``path`` as a pyarrow table; one that cannot be read (cut short by a
+    kill or a full disk, overwritten) is a one-line ``ConfigError`` naming it (``what``: what
+    the file holds), not pyarrow's ArrowInvalid."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise ConfigError(f"{what}={str(path)!r} is invalid: not a readable Parquet file "
+                          f"({why}); allowed: the Parquet file the sweep wrote (this one was cut "
+                          "short or overwritten)") from None
+
+
+def read_curves(sweep_dir: Path, ids: list[str]) -> dict[str, dict[str, np.ndarray]]:
+    """Each trial's curve (``curves/<id>.parquet``) as numpy columns (nulls as NaN)."""
     out = {}
     for t in ids:
         p = sweep_dir / "curves" / f"{t}.parquet"
         if p.is_file():
-            tab = pq.read_table(p)
+            tab = read_parquet(p, "curve")
             out[t] = {c: _numeric(tab.column(c).to_pylist()) for c in tab.column_names}
     return out
 

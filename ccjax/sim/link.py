@@ -25,6 +25,13 @@ from ccjax.units import PACKET_BYTES, check_rate_mbps, mbps_to_bytes_per_s
 MODELS = ("fluid", "packet")
 #: the longest base RTT a link may have (100 s): the ACK delay line holds one slot per tick of it
 MAX_RTT_MS = 1e5
+#: the largest drop-tail buffer (1e9 packets, 1.5 TB, far beyond any router's): the queue counts
+#: bytes in float32, which a buffer of about 2e35 packets overflows into inf (1e39 did)
+MAX_BUFFER_PKTS = 1e9
+#: the most ticks one run may last (1e9: 11.6 days at 1 ms ticks): ticks are int32, and a run's
+#: last tick plus its delay lines (at most as long as the run, and the longest RTT's 1e8 ticks
+#: at the finest 1 us tick) stays below ``NEVER_TICK``, the int32 maximum, which means "never"
+MAX_TICKS = 10**9
 #: how window-based senders (``Decision.rate == 0``) put their window on the wire
 WINDOW_SENDERS = ("paced", "ack-clocked")
 RECOVERIES = ("cut", "prr")
@@ -194,8 +201,9 @@ class LinkSpec:
             validate_stamps(np.asarray(self.trace), self.trace_name)
             require(np.asarray(self.trace).max() > 0 or len(self.trace) > 0, "trace",
                     self.trace_name, "at least one delivery opportunity")
-        require(math.isfinite(self.buffer_pkts) and self.buffer_pkts >= 1, "buffer_pkts",
-                self.buffer_pkts, "a number >= 1 packet")
+        require(math.isfinite(self.buffer_pkts) and 1 <= self.buffer_pkts <= MAX_BUFFER_PKTS,
+                "buffer_pkts", self.buffer_pkts,
+                f"a number >= 1 packet and at most {MAX_BUFFER_PKTS:g} packets")
         require(0.0 <= self.loss < 1.0, "loss", self.loss, "a probability in [0, 1)")
         for r in self.rtt_ms:
             require(math.isfinite(r) and 0 < r <= MAX_RTT_MS, "rtt_ms", r,
@@ -345,6 +353,10 @@ def plan(
         if k in ("tick_s", "model", "rtt_bins", "window_sender", "spread_ticks", "retx_loss",
                   "recovery", "rtt_jitter")})
     tick = base.tick_s
+    # checked as a float first: a duration of 1e300 s has no int32 tick count to overflow into
+    require(duration_s / tick <= MAX_TICKS, "duration_s", duration_s,
+            f"at most {MAX_TICKS:.0e} ticks, {MAX_TICKS * tick:g} s at the run's "
+            f"{tick * 1e3:g} ms tick (the simulator counts ticks in int32)")
     horizon = int(math.ceil(duration_s / tick))
     k = 1
     qh = 1

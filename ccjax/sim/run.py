@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ccjax.cc.base import Controller
+from ccjax.errors import ConfigError
 from ccjax.sim.compact import is_per_flow, leads_with, on_interval_where, pays_off
 from ccjax.sim.core import (
     SimState,
@@ -224,6 +225,82 @@ def fold_switches(controller: Controller, cc_params: Any) -> tuple[Controller, A
     return FoldedSwitches(controller, treedef, tuple(frozen)), tuple(dyn)
 
 
+#: how many times over a run holds its recorded series at its peak, measured (``ccjax simulate``,
+#: 2 flows, 20 000 s at 0.1 s intervals: 300 MB more peak memory than 100 s for 124 MB more
+#: series): XLA's output, the copy the (links, intervals) transposition makes for a batch of
+#: links, and the summary's per-interval lists
+SERIES_COPIES = 3
+#: a flow's final state other than its delay lines, bytes (measured: about 1.5 kB)
+STATE_BYTES_PER_FLOW = 2048
+
+
+def series_bytes_per_interval(cfg: SimConfig) -> int:
+    """Bytes one link's series hold per reporting interval: its ``Totals`` (each flow's
+    counters and queueing-delay histogram), the queue at the interval's end and each flow's
+    window (``make_runner``'s outputs)."""
+    tot = jax.eval_shape(lambda: Totals.zeros(cfg.n_flows, cfg.rtt_bins))
+    per = sum(math.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(tot))
+    return int(per + 4 + 4 * cfg.n_flows)
+
+
+def memory_needed(cfg: SimConfig, n_links: int, timeline: Timeline) -> tuple[int, int]:
+    """(bytes of the recorded series, bytes of the final state) a run of ``n_links`` links
+    holds, estimated without tracing it: the series ``SERIES_COPIES`` times over, and the state
+    dominated by the queue and ACK delay lines (``SimState.qline``, ``aline``)."""
+    n_int = timeline.n_full + (1 if timeline.remainder else 0)
+    series = SERIES_COPIES * n_links * n_int * series_bytes_per_interval(cfg)
+    lines = (cfg.queue_horizon + cfg.ack_horizon) * 4 * 4  # (H, F, 4 fields) float32 per flow
+    state = n_links * cfg.n_flows * (lines + STATE_BYTES_PER_FLOW)
+    return int(series), int(state)
+
+
+def _size(n: float) -> str:
+    for unit, b in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= b:
+            return f"{n / b:.3g} {unit}"
+    return f"{n:.0f} bytes"
+
+
+def check_memory(cfg: SimConfig, n_links: int, timeline: Timeline,
+                 others: str | None = None) -> None:
+    """A one-line ``ConfigError`` before anything is traced when the run would need more memory
+    than there is (device memory on a GPU, the host's MemAvailable on the CPU): how much it
+    needs, how much there is, and what to change (a shorter duration, then ``others``; by
+    default a longer series interval or fewer links, as ``ccjax simulate`` names them). Without
+    a memory figure it says nothing."""
+    from ccjax.devices import batch_mesh, free_memory_bytes
+
+    series, state = memory_needed(cfg, n_links, timeline)
+    need = series + state
+    free, source = free_memory_bytes()
+    if source == "fallback guess" or need <= free:
+        return
+    mesh = batch_mesh(n_links)
+    if source == "device memory_stats" and mesh is not None:
+        free *= mesh.devices.size  # the batch is split over the devices, each with its memory
+        if need <= free:
+            return
+    tick = cfg.tick_s
+    duration = timeline.total_ticks * tick
+    interval = timeline.interval_ticks * tick
+    n_int = timeline.n_full + (1 if timeline.remainder else 0)
+    # both parts grow at most linearly with the duration (the queue line is capped by the run)
+    fits = duration * free / need
+    what = (f"{_size(series)} for its recorded series ({n_int:.4g} intervals of {interval:g} s"
+            f" x {n_links} link(s) x {cfg.n_flows} flow(s), held {SERIES_COPIES} times over by "
+            f"the run and its summary) and {_size(state)} for its state (delay lines of "
+            f"{cfg.queue_horizon} + {cfg.ack_horizon} ticks per flow)")
+    if others is None:
+        others = ("a longer series_interval_s (--series-interval-s) or fewer links"
+                  if series >= state else
+                  "smaller buffers (the queue's delay line holds a full buffer's drain time) or "
+                  "fewer links")
+    raise ConfigError(f"duration_s={duration:g} is invalid: the run would need about "
+                      f"{_size(need)} of memory ({what}) and {_size(free)} is available "
+                      f"({source}); allowed: a run that fits, with a shorter duration_s "
+                      f"(--duration-s; about {fits:.3g} s fits), {others}")
+
+
 def run(cfg: SimConfig, controller: Controller, links: LinkParams, cc_params: Any,
         keys: jnp.ndarray, timeline: Timeline) -> RunResult:
     """Compile (timed separately) and run a batch of links; block until done. The batch is
@@ -232,6 +309,7 @@ def run(cfg: SimConfig, controller: Controller, links: LinkParams, cc_params: An
     from ccjax.devices import batch_mesh, shard_batch
 
     B = int(links.buffer_bytes.shape[0])
+    check_memory(cfg, B, timeline)  # before anything is traced
     controller, cc_params = fold_switches(controller, cc_params)
     links, cc_params, keys = shard_batch((links, cc_params, keys), B)
     fn = make_runner(cfg, controller, timeline, batch_mesh(B))

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,14 +72,9 @@ import numpy as np
 
 from ccjax.errors import ConfigError
 from ccjax.sim.capacity import poisson_stamps
-from ccjax.sim.link import LinkSpec
+from ccjax.sim.link import MAX_BUFFER_PKTS, LinkSpec
 from ccjax.sim.trace import load_mahimahi, mean_rate_bytes_per_s
 from ccjax.units import PACKET_BYTES, mbps_to_bytes_per_s
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
 
 __all__ = [
     "Capacity",
@@ -327,13 +321,11 @@ class Scenario:
         """Load and validate a scenario TOML file; trace paths are resolved next to it."""
         p = Path(path)
         origin = _display(p)
-        if not p.is_file():
+        if not p.exists():
             raise ConfigError(f"scenario={origin!r} is invalid: no such file")
-        try:
-            with p.open("rb") as fh:
-                data = tomllib.load(fh)
-        except tomllib.TOMLDecodeError as e:
-            raise ConfigError(f"{origin}: is invalid TOML: {e}") from None
+        from ccjax.presets import read_toml  # a folder too is one line there
+
+        data = read_toml(p, origin)
         return cls.from_dict(data, origin=origin, base_dir=p.resolve().parent,
                              default_name=p.stem, path=p.resolve())
 
@@ -590,7 +582,7 @@ def _parse_link(t: dict[str, Any], where: _Where, base_dir: Path, duration: floa
     buf_pkts = buf_bdp = None
     if "buffer_pkts" in t:
         buf_pkts = _parse_dist(t["buffer_pkts"], p + "buffer_pkts", where,
-                               _Bound(lo=1.0, unit="packets"))
+                               _Bound(lo=1.0, hi=MAX_BUFFER_PKTS, unit="packets"))
     else:
         buf_bdp = _parse_dist(t["buffer_bdp"], p + "buffer_bdp", where,
                               _Bound(**_POSITIVE, unit="x BDP"))
@@ -740,16 +732,27 @@ def load_scenario(name_or_path: str | os.PathLike[str]) -> Scenario:
     s = os.fspath(name_or_path)
     looks_like_path = (not isinstance(name_or_path, str) or s.endswith(".toml")
                        or os.sep in s or "/" in s)
+    p = presets_dir() / f"{s}.toml"
+    if not looks_like_path and p.is_file():
+        return Scenario.from_toml(p)
+    # what the argument is when it is no scenario, said before "no such preset" or "invalid
+    # TOML", which would name the wrong thing
+    allowed = ("allowed: a preset name (see `ccjax scenarios`) or a scenario .toml file's "
+               "path")
+    if s and Path(s).is_dir():
+        raise ConfigError(f"scenario={s!r} is invalid: it is a folder; {allowed}")
+    if Path(s).suffix.lower() == ".trace":
+        raise ConfigError(f"scenario={s!r} is invalid: a .trace file is a mahimahi trace, a "
+                          "link's capacity, not a scenario (`ccjax simulate --trace PATH` runs "
+                          "one; a scenario's [link.capacity] kind = \"trace\" names its files); "
+                          f"{allowed}")
     if looks_like_path:
         return Scenario.from_toml(s)
-    p = presets_dir() / f"{s}.toml"
-    if not p.is_file():
-        names = list_scenarios()
-        raise ConfigError(
-            f"scenario={s!r} is invalid: no such preset; available: "
-            f"{', '.join(names) if names else '(none)'} (or give a path to a .toml file)"
-        )
-    return Scenario.from_toml(p)
+    names = list_scenarios()
+    raise ConfigError(
+        f"scenario={s!r} is invalid: no such preset; available: "
+        f"{', '.join(names) if names else '(none)'} (or give a path to a .toml file)"
+    )
 
 
 def _display(p: Path) -> str:

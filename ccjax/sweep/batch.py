@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +83,7 @@ from ccjax.agents.drivers import (
 )
 from ccjax.agents.replay import ReplayState
 from ccjax.algos import AlgoConfig
+from ccjax.devices import FALLBACK_FREE_BYTES, free_memory_bytes  # noqa: F401 - re-exported
 from ccjax.envs.build import make_single_flow
 from ccjax.envs.single_flow import EnvParams
 from ccjax.envs.vec import VecEnv, param_axes
@@ -96,8 +96,8 @@ from ccjax.train.setup import EVAL_SEED_OFFSET, build, env_kwargs, make_agent
 MEMORY_FRACTION = 0.5
 #: the largest batch the automatic rule tries first
 MAX_AUTO_BATCH = 256
-#: when no memory figure can be read
-FALLBACK_FREE_BYTES = 4 << 30
+# (free_memory_bytes and its FALLBACK_FREE_BYTES live in ccjax.devices, where the simulator's
+# memory check reads them too; imported here, where the batch rule and its tests use them)
 
 
 @dataclass(frozen=True)
@@ -189,6 +189,18 @@ def trial_chunk(venv: TrialVecEnv, agent: Agent, n_steps: int, n_iters: int):
     return chunk
 
 
+def _action_range(tr: Trajectory, T: int, P: int) -> jnp.ndarray:
+    """(T, P): max - min of the action in effect over the MIs that ended (every step and link
+    of a trial at a preference; each component of a vector action), NaN where none ended. 0 is
+    a policy whose output does not depend on what it observes (``ccjax.sweep.runner.
+    degenerate``)."""
+    a = tr.action.reshape(tr.action.shape[:2] + (-1,)).astype(jnp.float32)  # (S, N, D)
+    v = tr.valid[..., None]
+    hi = jnp.where(v, a, -jnp.inf).max(0).reshape(T, P, -1).max(-1)
+    lo = jnp.where(v, a, jnp.inf).min(0).reshape(T, P, -1).min(-1)
+    return jnp.where(hi >= lo, hi - lo, jnp.nan)
+
+
 def _all_finite(tree: Any) -> jnp.ndarray:
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
               if jnp.issubdtype(x.dtype, jnp.floating)]
@@ -239,30 +251,6 @@ def memory_bytes(compiled: Any) -> int | None:
     total = (m.argument_size_in_bytes + m.output_size_in_bytes + m.temp_size_in_bytes
              - m.alias_size_in_bytes)
     return int(total) if total > 0 else None
-
-
-def free_memory_bytes(device: Any = None) -> tuple[int, str]:
-    """(bytes free on ``device``, where the figure came from): the device's ``memory_stats``
-    (GPU, TPU), else the host's MemAvailable (the CPU backend allocates host memory), else a
-    4 GiB guess."""
-    device = device or jax.devices()[0]
-    try:
-        st = device.memory_stats()
-    except Exception:  # noqa: BLE001 - CPU devices may not implement it
-        st = None
-    if st and st.get("bytes_limit"):
-        return int(st["bytes_limit"] - st.get("bytes_in_use", 0)), "device memory_stats"
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024, "host MemAvailable"
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), "host free pages"
-    except (ValueError, OSError, AttributeError):
-        return FALLBACK_FREE_BYTES, "fallback guess"
 
 
 def balanced(n: int, cap: int) -> int:
@@ -423,7 +411,8 @@ class Group:
             cnt = jnp.maximum(w.sum(0), 1.0)
             m = lambda x: ((x * w).sum(0) / cnt).reshape(T, P, L).mean(2)  # noqa: E731
             return dict(reward=m(tr.reward), utilization=m(jnp.minimum(tr.info.utilization, 1)),
-                        latency_ratio=m(tr.info.latency_ratio), loss_rate=m(tr.info.loss_rate))
+                        latency_ratio=m(tr.info.latency_ratio), loss_rate=m(tr.info.loss_rate),
+                        action_range=_action_range(tr, T, P))
 
         states = jax.tree.map(lambda x: jax.ShapeDtypeStruct((T,) + x.shape, x.dtype),
                               self._shapes()[0])
@@ -431,8 +420,9 @@ class Group:
         return self._compile(("eval", T), run, states, prefs, self.eval_key)
 
     def evaluate(self, states: Any, trials: list[Trial]) -> dict[str, np.ndarray]:
-        """(T, P) reward, utilization, latency ratio and loss rate per evaluation
-        preference."""
+        """(T, P) reward, utilization, latency ratio and loss rate per evaluation preference,
+        and ``action_range``: the spread of the deterministic action over every MI of every
+        link (``_action_range``)."""
         fn = self.eval_program(len(trials))
         w = jnp.asarray(self.eval_prefs(trials))
         return {k: np.asarray(v) for k, v in fn(states, w, self.eval_key).items()}

@@ -1,6 +1,8 @@
 """Preference evaluation of a sweep's trials (MOCC §6.1, Fig. 6 and 16): every finished trial's
 exported policy on N preferences drawn uniformly from the simplex x M links of a scenario, and
-classic controllers on the same links, scored with the same preferences.
+classic controllers on the same links, scored with the same preferences. Failed trials and
+degenerate ones (``ccjax.sweep.runner.degenerate``) have no policy worth a point on a front and
+are not evaluated.
 
 Spec: an optional ``[prefeval]`` table in a sweep TOML (every key optional; defaults shown)::
 
@@ -301,6 +303,15 @@ def _rows(grid: Any, method: str) -> list[dict[str, Any]]:
     return out
 
 
+def evaluable(rows: list[dict[str, Any]], trials: Sequence[str] | None = None) -> list[str]:
+    """The ids of the ledger rows a preference evaluation takes (of ``trials``, if given):
+    finished ones, less the degenerate (their policy collapsed: ``ccjax.sweep.runner.
+    degenerate``), left out as failed ones are: their points would stand on the fronts, and be
+    picked as the best trial, as if a controller had made them."""
+    return [r["id"] for r in rows if r["status"] == "done" and not r.get("degenerate")
+            and (trials is None or r["id"] in trials)]
+
+
 def run_prefeval(sweep_dir: str | os.PathLike[str], spec: PrefevalSpec | None = None, *,
                  trials: Sequence[str] | None = None,
                  log: Callable[[str], None] | None = None,
@@ -328,8 +339,7 @@ def run_prefeval(sweep_dir: str | os.PathLike[str], spec: PrefevalSpec | None = 
         if bad:
             raise ConfigError(f"trial={bad[0]!r} is invalid: not a trial of {str(d)!r} "
                               f"({len(known)} trials)")
-    done = [r["id"] for r in rows if r["status"] == "done"
-            and (trials is None or r["id"] in trials)]
+    done = evaluable(rows, trials)
     pdir = prefeval_dir(d)
     want = _resolved(spec)
     old = read_spec(d)

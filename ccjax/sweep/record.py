@@ -18,9 +18,21 @@ that slot.
 
 The order of ``record`` is the resume guarantee of ``ccjax.sweep.ledger``: the batch checkpoint
 first, then per trial its policy (each directory written under a temporary name and renamed
-into place), its curve (a temporary file, renamed), and only then its ledger row in one
-transaction. A trial whose row says ``done`` has everything on disk; a kill before that leaves
-it ``running``, to be rerun. The key hashes the ids of the trials a checkpoint holds: a rerun
+into place), its curve (a temporary file, renamed), its ledger row's values as
+``outcomes/<id>.json`` (renamed into place), and only then its ledger row in one
+transaction. A trial whose row says ``done`` has everything on disk; a kill before the outcome
+file leaves it ``running``, to be rerun.
+
+The outcome file is the ledger's copy on the trial's side: a ledger that lost rows (its
+``-wal`` lost or cut before the checkpoint of a record, a restored older copy) shows a finished
+trial as ``pending`` or ``running``, and a resumed sweep would train it again. ``reconcile``,
+run when a sweep opens its ledger, restores such rows from their outcome files (the values
+``Ledger.finished_row`` computed, so the row is the one the ledger would have held), after
+checking that the files the row points to are there. A finished trial's files beside a row
+that never started and without an outcome file (a sweep recorded before outcome files existed)
+are refused with a one-line ``ConfigError``, never trained over.
+
+A batch checkpoint's key hashes the ids of the trials it holds: a rerun
 of the same trials writes the same key over what the kill left; a rerun of other trials (some of
 the batch had finished) writes a new key, and the old directory stays, unreferenced. A finished
 trial's key is never written again, since finished trials are never rerun.
@@ -29,6 +41,7 @@ trial's key is never written again, since finished trials are never rerun.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -36,7 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from ccjax.sweep.ledger import Ledger, write_curve
+from ccjax.errors import ConfigError
+from ccjax.sweep.ledger import FINISH_COLUMNS, Ledger, write_curve
 
 #: the evaluation quantities a curve carries as ``eval_*`` columns
 EVAL_FIELDS = ("reward", "utilization", "latency_ratio", "loss_rate")
@@ -44,6 +58,10 @@ EVAL_FIELDS = ("reward", "utilization", "latency_ratio", "loss_rate")
 MODEL_DIRS = ("policy",)
 #: the sub-directory of ``batches/<key>/`` a batch checkpoint's files go to
 BATCH_DIRS = ("checkpoint",)
+#: the directory of the trials' ledger rows as recorded, ``outcomes/<id>.json`` (not under
+#: ``trials/<id>/``, which only a finished trial with a policy has)
+OUTCOME_DIR = "outcomes"
+OUTCOME_VERSION = 1
 #: a finished trial's metrics a batch checkpoint's slot leaves out: the evaluation history,
 #: the per-preference results of the best evaluation (``landmarks``, or ``prefs`` for the
 #: episode schedule), and the slot's own address
@@ -114,7 +132,123 @@ def record(ledger: Ledger, out: Path, o: TrialOutcome | BatchCheckpoint) -> None
         write_model_files(out / "trials" / o.trial_id, o.files)
     if o.curve:
         write_curve(out / "curves" / f"{o.trial_id}.parquet", o.curve)
-    ledger.finish(o.trial_id, o.status, reason=o.reason, metrics=o.metrics, timings=o.timings)
+    cols = ledger.finished_row(o.trial_id, o.status, reason=o.reason, metrics=o.metrics,
+                               timings=o.timings)
+    write_outcome(out, o.trial_id, cols, curve_rows=len(o.curve))
+    ledger.apply(o.trial_id, cols)
+
+
+# -- the ledger's copy on the trials' side ---------------------------------------------------
+def outcome_path(out: Path, tid: str) -> Path:
+    return out / OUTCOME_DIR / f"{tid}.json"
+
+
+def write_outcome(out: Path, tid: str, cols: dict[str, Any], curve_rows: int) -> Path:
+    """``outcomes/<id>.json``: the trial's end columns as the ledger takes them, written to a
+    temporary name, synced and renamed (a reader sees all of it or none)."""
+    path = outcome_path(out, tid)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    body = {"version": OUTCOME_VERSION, "trial": tid, "curve_rows": curve_rows, "row": cols}
+    with open(tmp, "w") as fh:
+        fh.write(json.dumps(body, allow_nan=False) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def read_outcome(out: Path, tid: str) -> dict[str, Any] | None:
+    """A trial's outcome file, or None where it has none; ConfigError where it cannot be read
+    or is not one (it was written whole: damage, not a kill)."""
+    path = outcome_path(out, tid)
+    if not path.is_file():
+        return None
+    rel = path.relative_to(out)
+    try:
+        body = json.loads(path.read_text())
+        ok = (isinstance(body, dict) and body.get("trial") == tid
+              and isinstance(body.get("row"), dict)
+              and set(body["row"]) <= set(FINISH_COLUMNS)
+              and body["row"].get("status") in ("done", "failed"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"{rel} in {str(out)!r} is invalid: not trial {tid}'s outcome record; "
+                          f"restore it, or delete it, trials/{tid} and curves/{tid}.parquet to "
+                          "train the trial again")
+    return body
+
+
+def _missing(out: Path, tid: str, body: dict[str, Any]) -> list[str]:
+    """The files a recorded outcome points to that are not on disk (relative paths)."""
+    row = body["row"]
+    want = []
+    if int(body.get("curve_rows") or 0) > 0:
+        want.append(f"curves/{tid}.parquet")
+    if row["status"] == "done":
+        want.append(f"trials/{tid}/policy/policy.json")
+        ref = json.loads(row.get("metrics") or "{}").get("checkpoint")
+        if ref is not None:
+            want.append(f"batches/{ref['batch']}/checkpoint")
+    return [w for w in want if not (out / w).exists()]
+
+
+def finished_files(out: Path, tid: str) -> list[str]:
+    """What of a finished trial's files ``tid`` has on disk (relative paths): its curve, its
+    policy."""
+    return [h for h in (f"curves/{tid}.parquet", f"trials/{tid}/policy") if (out / h).exists()]
+
+
+def sweep_files(out: Path) -> list[str]:
+    """A few of the files finished trials leave in ``out`` (relative paths; empty when it has
+    none): outcome files, curves."""
+    found = [*sorted((out / OUTCOME_DIR).glob("*.json"))[:1],
+             *sorted((out / "curves").glob("*.parquet"))[:1]]
+    return [str(p.relative_to(out)) for p in found]
+
+
+def reconcile(ledger: Ledger, out: Path) -> list[str]:
+    """Cross-check the ledger against the trials' files (module doc); returns the ids whose
+    rows were restored from their outcome files. A trial the ledger has as ``pending`` or
+    ``running`` with an outcome file is restored from it; one it has as never started
+    (``pending``, no attempt) with a curve or policy but no outcome file, or an outcome file
+    whose files are gone, or an outcome file of a trial the ledger does not have, is a
+    ConfigError: training would replace finished work the ledger lost."""
+    rows = {r["id"]: r for r in ledger.rows()}
+    foreign = sorted(p.stem for p in (out / OUTCOME_DIR).glob("*.json") if p.stem not in rows)
+    if foreign:
+        raise ConfigError(f"out={str(out)!r} is invalid: {OUTCOME_DIR}/{foreign[0]}.json records "
+                          f"a trial this spec does not have ({len(foreign)} such); resume with "
+                          "the spec, presets and --set values that made the sweep, or choose a "
+                          "new directory")
+    restored = []
+    for tid, r in rows.items():
+        if r["status"] in ("done", "failed"):
+            continue
+        body = read_outcome(out, tid)
+        if body is not None:
+            gone = _missing(out, tid, body)
+            if gone:
+                raise ConfigError(
+                    f"trial {tid} in {str(out)!r} finished ({OUTCOME_DIR}/{tid}.json) but its "
+                    f"ledger row was lost and {', '.join(gone)} is missing; restore {gone[0]}, "
+                    f"or delete {OUTCOME_DIR}/{tid}.json, trials/{tid} and curves/{tid}.parquet "
+                    "to train the trial again")
+            ledger.apply(tid, body["row"])
+            restored.append(tid)
+            continue
+        # a trial's files are written only after its row says running (attempts + 1, in the
+        # main file): files beside a row that never started mean the ledger lost records
+        have = finished_files(out, tid)
+        if r["status"] == "pending" and not r["attempts"] and have:
+            raise ConfigError(
+                f"trial {tid} in {str(out)!r} has a finished trial's files ({', '.join(have)}) "
+                "but the ledger has no record of it running (its records were lost: a lost or "
+                f"cut {ledger.path.name}-wal?) and no {OUTCOME_DIR}/{tid}.json to restore it from; "
+                f"restore the ledger from a backup, or delete {' and '.join(have)} to train it "
+                "again")
+    return restored
 
 
 # -- model files as bytes --------------------------------------------------------------------

@@ -12,6 +12,13 @@ named ``*loss*``, and PPO's entropy and KL), the parameters everything it learns
 batch whose last slots would be empty is padded with copies of its last trial, so every batch of
 a group reuses one compiled program.
 
+A trial that trains to the end with finite numbers may still have collapsed (a learning rate of
+1e4 drives PPO-MOCC's tanh units into saturation: the same action at every MI, the rate pinned
+at a bound). ``degenerate`` judges each finished trial's final evaluation; a collapsed one is
+recorded ``done`` with ``degenerate`` = 1 and the why in its ``reason``, and, as a diverged
+trial, it is left out of the preference evaluation and so of the Pareto figures and the best
+trial they pick (``ccjax.sweep.prefeval``).
+
 A spec with a ``[prefeval]`` table then evaluates every finished trial on its preference grid
 (``ccjax.sweep.prefeval``; trials already evaluated are skipped).
 
@@ -61,10 +68,12 @@ from ccjax.sweep.record import (
     batch_checkpoint,
     make_outcome,
     policy_files,
+    reconcile,
     record,
+    sweep_files,
 )
 from ccjax.sweep.spec import SweepSpec, Trial, load_spec
-from ccjax.train.store import Checkpoints, check_out_dir, write_json
+from ccjax.train.store import CheckpointDamaged, Checkpoints, check_out_dir, write_json
 
 #: metrics checked for divergence beside every ``*loss*`` one: they go non-finite with the
 #: policy (PPO's, as the sweep checked them before agents were a registry)
@@ -106,7 +115,9 @@ def run_sweep(spec: SweepSpec | str | os.PathLike[str], out: str | os.PathLike[s
     # an empty path, a file or a file on the way: refused now, not by the lock after compiling
     out = check_out_dir(out) if out is not None else default_out(spec)
     say = log or (lambda s: None)
-    if resume and not (out / "ledger.sqlite").is_file():  # before the lock makes the folder
+    # before the lock makes the folder; a ledger deleted beside its trials' files is rebuilt
+    # from their outcome files (``_open``)
+    if resume and not (out / "ledger.sqlite").is_file() and not sweep_files(out):
         raise ConfigError(f"out={str(out)!r} is invalid for --resume: no ledger.sqlite there")
     if resume and spec.prefeval is not None:  # a changed [prefeval]: now, not after training
         from ccjax.sweep.prefeval import check_prefeval
@@ -115,7 +126,7 @@ def run_sweep(spec: SweepSpec | str | os.PathLike[str], out: str | os.PathLike[s
     # one process per sweep directory: a second one would take this one's running trials for
     # interrupted ones and train them again (``ccjax.dirlock``)
     with DirLock(out, "sweep"):
-        ledger = _open(spec, out, resume)
+        ledger = _open(spec, out, resume, say)
         t_start = time.perf_counter()
         bar = _Bar(len(spec.trials), progress)
         try:
@@ -140,8 +151,10 @@ def run_sweep(spec: SweepSpec | str | os.PathLike[str], out: str | os.PathLike[s
         finally:
             bar.close()
             counts = ledger.counts()
+            degenerate = ledger.degenerate_count()
             ledger.close()
         summary = {"out": str(out), "name": spec.name, "trials": len(spec.trials), **counts,
+                   "degenerate": degenerate,
                    "wall_s": round(time.perf_counter() - t_start, 3), "batches": batches,
                    "groups": planned, "executor": backend, **where}
         if spec.prefeval is not None and counts["done"]:  # the spec's [prefeval], resumable
@@ -243,13 +256,22 @@ def _how(info: dict[str, Any]) -> str:
             f"{info['free_bytes'] / 2**20:,.0f} MiB free ({info['free_source']})")
 
 
-def _open(spec: SweepSpec, out: Path, resume: bool) -> Ledger:
+def _open(spec: SweepSpec, out: Path, resume: bool,
+          say: Callable[[str], None] | None = None) -> Ledger:
     exists = (out / "ledger.sqlite").is_file()  # (a --resume without one: run_sweep refused it)
     out.mkdir(parents=True, exist_ok=True)
     ledger = Ledger(out)
     # a ledger without trials was cut off while being set up (killed before its trials were
-    # written): nothing ran, so it is started afresh, with or without --resume
+    # written): nothing ran, so it is started afresh, with or without --resume; unless trials'
+    # files say otherwise (the ledger lost its rows): those are for --resume to restore
     started = exists and bool(ledger.ids())
+    files = [] if started else sweep_files(out)
+    if files and not resume:
+        ledger.close()
+        raise ConfigError(f"out={str(out)!r} is invalid: it holds a sweep's files ({files[0]}) "
+                          "but its ledger has no trials (lost?); pass --resume to restore the "
+                          "ledger from outcomes/<id>.json and continue, or choose a new "
+                          "directory")
     if started and not resume:
         ledger.close()
         raise ConfigError(f"out={str(out)!r} is invalid: it holds a sweep already; pass "
@@ -267,6 +289,14 @@ def _open(spec: SweepSpec, out: Path, resume: bool) -> Ledger:
         ledger.set_meta("created", time.time())
         write_json(out / "sweep.json", spec.to_json())
     ledger.add(spec.trials)
+    try:
+        restored = reconcile(ledger, out)
+    except ConfigError:
+        ledger.close()
+        raise
+    if restored and say is not None:
+        say(f"resuming: {len(restored)} finished trial(s) the ledger had lost restored from "
+            "their outcomes/<id>.json")
     return ledger
 
 
@@ -275,6 +305,67 @@ def losses(metric_names: tuple[str, ...]) -> tuple[str, ...]:
     (the order a reason names the first): the losses, and entropy and KL where reported. Not
     every metric: some are counts or schedules (the envelope's ``buffer``, ``lam``)."""
     return tuple(n for n in metric_names if "loss" in n or n in _ALSO_CHECKED)
+
+
+#: ``degenerate``'s thresholds (its doc says why)
+COLLAPSED_UTILIZATION = 0.1
+COLLAPSE_FRACTION = 0.25
+CONSTANT_ACTION = 1e-6
+
+
+def degenerate(action_kind: str, action_range: float, utilization: float,
+               peak_utilization: float, throughput_weight: float | None) -> str | None:
+    """Why a trial that trained to the end with finite numbers has collapsed, or None. Judged
+    on its final deterministic evaluation, either of:
+
+    * the same action at every MI of every evaluation link and preference (``action_range``
+      at most ``CONSTANT_ACTION``; box actions only): the policy no longer reads what it
+      observes (saturated tanh units give bit-identical outputs), so it is an open-loop rate
+      schedule, not a congestion controller, whatever its score. Not for discrete actions: a
+      healthy policy may choose one multiplier (AUTO's x1) for a whole short evaluation;
+    * utilization under ``COLLAPSED_UTILIZATION`` (10 % of the link) and under
+      ``COLLAPSE_FRACTION`` of the highest the trial reached (a training iteration's mean, an
+      evaluation), where the reward values throughput (``throughput_weight`` > 0, or no
+      preference). This cannot flag a delay-preferring policy: below capacity the queue is
+      empty, so the latency and loss objectives are already at their best (MOCC's base/RTT is
+      1, AUTO's delay term 0), and any weight on throughput makes 10 % utilization strictly
+      worse than sending near capacity; a trial that had reached 4x that utilization and fell
+      below it lost its policy. A pure-delay preference (throughput weight 0) is never judged
+      so.
+    """
+    if action_kind == "box" and math.isfinite(action_range) and action_range <= CONSTANT_ACTION:
+        return (f"degenerate: the same action at every MI of the final evaluation (range "
+                f"{action_range:.1g}): a saturated policy")
+    values_throughput = throughput_weight is None or throughput_weight > 0
+    if (values_throughput and math.isfinite(utilization) and math.isfinite(peak_utilization)
+            and utilization < COLLAPSED_UTILIZATION
+            and utilization < COLLAPSE_FRACTION * peak_utilization):
+        return (f"degenerate: utilization {utilization:.3f} at the final evaluation, under "
+                f"{COLLAPSED_UTILIZATION:g} and a quarter of the {peak_utilization:.3f} the "
+                "trial reached")
+    return None
+
+
+def _judge(group: Group, slots: list[Trial], i: int, final: dict[str, np.ndarray],
+           curve: list[dict[str, Any]], evals: list[dict[str, Any]]) -> str | None:
+    """``degenerate`` for trial slot ``i`` of a batch after its final evaluation."""
+    spec = group.setup.env.spec
+    seen = [r["utilization"] for r in curve] + [e["utilization"] for e in evals]
+    seen = [u for u in seen if u is not None and math.isfinite(u)]
+    w: float | None = None
+    if spec.pref_dim > 0:
+        if "thr" not in spec.objective_names:
+            w = 0.0  # no throughput objective to judge utilization by
+        else:
+            k = spec.objective_names.index("thr")
+            w = float(np.max(group.eval_prefs([slots[i]])[0, :, k]))
+    return degenerate(spec.action.kind, float(final["action_range"][i]),
+                      float(final["utilization"][i]), max(seen, default=math.nan), w)
+
+
+def _finite_or_none(x: Any) -> float | None:
+    v = float(x)
+    return v if math.isfinite(v) else None
 
 
 def _nonfinite(m: dict[str, np.ndarray], st: dict[str, np.ndarray], i: int, it0: int,
@@ -339,6 +430,9 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
         t0 = time.perf_counter()
         per = group.evaluate(states, slots)  # (T, P): each trial at each evaluation preference
         eval_s += time.perf_counter() - t0
+        # the action's spread is no result of the trial's (``degenerate`` reads it): the widest
+        # over its evaluation preferences
+        spread = per.pop("action_range").max(1)
         # the score: the reward at the trial's preference, or the mean over its evaluation
         # preferences (landmarks, the episode schedule's points)
         res = {k: v.mean(1) for k, v in per.items()}
@@ -359,7 +453,7 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
                     best_prefs[i] = [{"w": [float(x) for x in prefs[i, j]],
                                       **{k: float(per[k][i, j]) for k in per}}
                                      for j in range(prefs.shape[1])]
-        return res
+        return {**res, "action_range": spread}
 
     def fail(i: int, why: str) -> None:
         alive[i] = False
@@ -431,8 +525,13 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
         metrics = {k: float(final[k][i]) for k in _EVAL_FIELDS}
         tail = [r["reward"] for r in curves[i][-10:]]
         i99 = _reached(evals[i], float(best[i]))
+        why = _judge(group, slots, i, final, curves[i], evals[i])
         metrics.update(iterations=it, train_reward=float(np.mean(tail)),
-                       best_reward=float(best[i]), best_iteration=int(best_it[i]), iter_99=i99)
+                       best_reward=float(best[i]), best_iteration=int(best_it[i]), iter_99=i99,
+                       action_range=_finite_or_none(final["action_range"][i]),
+                       degenerate=why)
+        if why is not None:
+            say(f"trial {trials[i].id} {json.dumps(trials[i].point)}: {why}")
         if best_prefs[i]:
             metrics[per_pref_key] = best_prefs[i]
         done.append((i, metrics))
@@ -450,8 +549,8 @@ def run_batch(group: Group, trials: list[Trial], size: int, label: str, eval_eve
             files = policy_files(group, trials[i], actor)
             i99 = metrics["iter_99"]
             mine = {**timings, "train_99_s": None if i99 is None else train_s_at[i99]}
-            sink(make_outcome(trials[i].id, "done", curves[i], evals[i], None, it, metrics,
-                              mine, files))
+            sink(make_outcome(trials[i].id, "done", curves[i], evals[i], metrics["degenerate"],
+                              it, metrics, mine, files))
     n_done = len(done)
     rec = {"batch": label, "trials": n_real, "size": size, "done": n_done,
            "failed": len(reasons), "compile_s": round(timings["compile_s"], 3),
@@ -513,18 +612,29 @@ def load_trial(sweep_dir: str | os.PathLike[str], trial_id: str) -> tuple[Any, A
     ref = json.loads(row["metrics"] or "{}").get("checkpoint")
     if ref is None:  # a sweep recorded before batch checkpoints: one checkpoint per trial
         ck = Checkpoints(d / "trials" / trial_id / "checkpoint", keep=1)
-        state, prog = ck.restore(target)
-        ck.close()
+        try:
+            state, prog = ck.restore(target)
+        except CheckpointDamaged as e:
+            raise ConfigError(f"trial={trial_id!r} is invalid: its checkpoint cannot be read "
+                              f"({e})") from None
+        finally:
+            ck.close()
         return cfg, with_kept(full, state), prog
     where = d / "batches" / ref["batch"] / "checkpoint"
     if not where.is_dir():
         raise ConfigError(f"trial={trial_id!r} is invalid: its batch checkpoint {str(where)!r} "
                           "is missing")
     ck = Checkpoints(where, keep=1)
-    slots = ck.progress()["slots"]
-    stacked = jax.tree.map(lambda x: np.zeros((len(slots),) + x.shape, x.dtype), target)
-    state, _ = ck.restore(stacked)
-    ck.close()
+    try:
+        slots = ck.progress()["slots"]
+        stacked = jax.tree.map(lambda x: np.zeros((len(slots),) + x.shape, x.dtype), target)
+        state, _ = ck.restore(stacked)
+    except Exception as e:  # CheckpointDamaged, or orbax failing on its progress JSON
+        why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"trial={trial_id!r} is invalid: its batch checkpoint "
+                          f"{str(where)!r} cannot be read ({why[:200]})") from None
+    finally:
+        ck.close()
     k = int(ref["slot"])
     if slots[k]["trial"] != trial_id:
         raise ConfigError(f"trial={trial_id!r} is invalid: slot {k} of batch checkpoint "

@@ -76,7 +76,7 @@ from typing import Any
 
 import numpy as np
 
-from ccjax.algos import SCHEMA, AlgoConfig, check_value, load_algo, tomllib
+from ccjax.algos import SCHEMA, AlgoConfig, check_value, load_algo
 from ccjax.errors import ConfigError
 
 #: keys whose values change no shape: trials differing only here share a compiled program
@@ -366,11 +366,9 @@ def _load_spec(name_or_path: str | os.PathLike[str],
         if not path.is_file():
             raise ConfigError(f"spec={s!r} is invalid: no such sweep; available: "
                               f"{', '.join(list_sweeps()) or '(none)'} (or a path to a .toml)")
-    try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path.name} is invalid TOML: {e}") from None
+    from ccjax.presets import read_toml
+
+    data = read_toml(path, s)
     return spec_from_dict(data, path.name, str(path), overrides)
 
 

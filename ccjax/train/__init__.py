@@ -15,8 +15,15 @@ from ccjax.envs.build import check_preference
 from ccjax.errors import ConfigError
 from ccjax.train.schedules import AllAtOnce, Fixed, PerEpisode, TwoPhase, fmt
 from ccjax.train.setup import build
-from ccjax.train.store import Checkpoints
-from ccjax.train.trainer import Trainer, check_max_iters, check_out, check_resume, read_config
+from ccjax.train.store import CheckpointDamaged, Checkpoints
+from ccjax.train.trainer import (
+    Trainer,
+    check_max_iters,
+    check_out,
+    check_resume,
+    check_state,
+    read_config,
+)
 
 __all__ = ["adapt", "check_options", "make_schedule", "train", "load_run"]
 
@@ -95,20 +102,25 @@ def check_options(cfg: AlgoConfig, overrides: bool = True) -> None:
 
 
 def train(cfg: AlgoConfig, out: str | Path, *, seed: int = 0, resume: bool = False,
-          progress: bool = True, max_iters: int | None = None,
+          restart: bool = False, progress: bool = True, max_iters: int | None = None,
           log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Train ``cfg`` into ``out`` (see ``ccjax.train.store`` for the layout)."""
+    """Train ``cfg`` into ``out`` (see ``ccjax.train.store`` for the layout). ``resume``
+    continues the run there from its newest intact checkpoint; ``restart`` starts it over
+    (its records removed); both hold the arguments to the run's config.json."""
     check_max_iters(max_iters)
-    check_out(out, resume)  # before anything is built or traced
+    check_out(out, resume, restart)  # before anything is built or traced
     # a resumed run is held to its own config.json instead (``check_resume``): one started
     # before these rules may hold an option they refuse, and refusing it would strand the run
     check_options(cfg, overrides=not resume)
     schedule = make_schedule(cfg, seed)
-    if resume:  # the run's config.json against this one, before anything is built
+    if resume or restart:  # the run's config.json against this one, before anything is built
         check_resume(out, {"algo": cfg.to_dict(), "seed": seed,
                            "schedule": type(schedule).__name__, "meta": {}})
+    if resume:
+        check_state(out)
     setup = build(cfg, seed)
-    return Trainer(setup, schedule, out, resume=resume, progress=progress, log=log).run(max_iters)
+    return Trainer(setup, schedule, out, resume=resume, restart=restart, progress=progress,
+                   log=log).run(max_iters)
 
 
 def load_run(run_dir: str | Path) -> tuple[AlgoConfig, int, dict[str, Any]]:
@@ -123,7 +135,8 @@ def load_run(run_dir: str | Path) -> tuple[AlgoConfig, int, dict[str, Any]]:
 
 def adapt(from_dir: str | Path, preference, out: str | Path | None = None, *,
           replay: bool = True, iters: int | None = None, seed: int | None = None,
-          resume: bool = False, progress: bool = True, max_iters: int | None = None,
+          resume: bool = False, restart: bool = False, progress: bool = True,
+          max_iters: int | None = None,
           log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Online adaptation (MOCC §4.3): continue the trained model of ``from_dir`` on a new
     preference; with ``replay``, half of every batch replays an old preference drawn from the
@@ -141,7 +154,7 @@ def adapt(from_dir: str | Path, preference, out: str | Path | None = None, *,
     if out is None:
         out = src / "adapt" / (fmt(w).strip("<>").replace(",", "-")
                                + ("" if replay else "-noreplay"))
-    check_out(out, resume)  # before the source's model is restored
+    check_out(out, resume, restart)  # before the source's model is restored
     # the stored pool: the source's landmarks (or its one preference), then every preference
     # adapted to since (MOCC 4.3: "stores encountered applications")
     trained = np.asarray(make_schedule(cfg, src_seed).eval_prefs, np.float32).reshape(-1, 3)
@@ -153,9 +166,11 @@ def adapt(from_dir: str | Path, preference, out: str | Path | None = None, *,
     n_iters = iters if iters is not None else cfg.train.get("adapt_iters", 200)
     meta = {"from": str(src.resolve()), "preference": [float(x) for x in w], "replay": replay,
             "iters": int(n_iters), "pool": pool + [[float(x) for x in w]]}
-    if resume:  # the adaptation's config.json against this one, before anything is built
+    if resume or restart:  # the adaptation's config.json against this one, before anything is built
         check_resume(out, {"algo": cfg.to_dict(), "seed": seed, "schedule": Fixed.__name__,
                            "meta": meta})
+    if resume:
+        check_state(out)
     setup = build(cfg, seed)
     # the trained model: the best-evaluated state (best/, what policy/ exports) when the run
     # recorded one, else its last checkpoint
@@ -171,12 +186,17 @@ def adapt(from_dir: str | Path, preference, out: str | Path | None = None, *,
         raise ConfigError(f"from={str(src)!r} is invalid: it has no checkpoint")
     fresh = setup.agent.init(jax.random.PRNGKey(0), setup.env.spec, setup.hyper)
     from_iter = ck.latest()
-    state, _ = ck.restore(fresh)
-    ck.close()
+    try:
+        state, _ = ck.restore(fresh)
+    except CheckpointDamaged as e:
+        raise ConfigError(f"from={str(src)!r} is invalid: its model cannot be restored ({e})"
+                          ) from None
+    finally:
+        ck.close()
     schedule = Fixed(setup.venv.n, tuple(float(x) for x in w), n_iters,
                      cfg.train.get("eval_every", 8), replay=pool_arr if replay else None,
                      probe=pool_arr, seed=seed, phase="adapt")
     meta = {"from": meta["from"], "from_iteration": int(from_iter),
             **{k: v for k, v in meta.items() if k != "from"}}
-    return Trainer(setup, schedule, out, resume=resume, init_state=state, meta=meta,
-                   progress=progress, log=log).run(max_iters)
+    return Trainer(setup, schedule, out, resume=resume, restart=restart, init_state=state,
+                   meta=meta, progress=progress, log=log).run(max_iters)

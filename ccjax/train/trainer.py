@@ -6,16 +6,21 @@ chunks the loop writes metric rows, advances the progress bar and checkpoints. C
 ahead of time (``lower().compile()``) and timed on its own, so ``summary.json`` reports compile
 time and training wall time separately.
 
-On ``resume`` the agent state, the schedule position and the evaluations so far come from the
-latest checkpoint; the environments start fresh episodes (their simulator state is not saved: it
-is large and a new episode is statistically the same), and the run continues at the next
-iteration. Rows a killed run wrote after its last checkpoint are dropped and redone.
+A checkpoint holds everything the run's future depends on: the agent state (with a replay
+buffer where the agent has one), the environments' runner (simulator states, observations, the
+actions of MIs in flight, the random key), the schedule position and the evaluations so far.
+On ``resume`` the newest intact checkpoint is restored (a damaged newer one is reported and
+skipped) and the run continues at the next iteration exactly as the uninterrupted run would:
+killed anywhere, a run makes the same rows and the same model. Rows a killed run wrote after
+its checkpoint are dropped and redone; rows missing before it (a file cut short or deleted) are
+refused, never left as a gap. What resume found and where it continues is logged.
 """
 
 from __future__ import annotations
 
 import json
 import platform
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -54,16 +59,26 @@ EVAL_FIELDS = eval_fields(("thr", "lat", "loss"))
 RESUME_META = ("from", "preference", "replay", "iters")
 
 
-def check_out(out: str | Path, resume: bool) -> None:
+#: what ``--restart`` removes from a run's folder before the run starts over
+RUN_RECORDS = ("checkpoints", "best", "policy", "metrics.csv", "eval.csv", "summary.json",
+               "progress.json")
+
+
+def check_out(out: str | Path, resume: bool, restart: bool = False) -> None:
     """One-line ``ConfigError`` unless ``out`` fits: a folder (``store.check_out_dir``: not
-    empty, not a file) with no run in it, or, with ``resume``, one."""
+    empty, not a file) with no run in it, or, with ``resume`` or ``restart``, one."""
     check_out_dir(out)
+    if resume and restart:
+        raise ConfigError("--resume and --restart cannot be combined: --resume continues the "
+                          "run, --restart starts it over")
     cfg_path = Path(out) / "config.json"
-    if cfg_path.exists() and not resume:
+    if cfg_path.exists() and not (resume or restart):
         raise ConfigError(f"out={str(out)!r} is invalid: it holds a run already; pass "
-                          "--resume to continue it or choose a new directory")
-    if resume and not cfg_path.exists():
-        raise ConfigError(f"out={str(out)!r} is invalid for --resume: no config.json there")
+                          "--resume to continue it (or --restart to start it over) or choose "
+                          "a new directory")
+    flag = "--restart" if restart else "--resume"
+    if (resume or restart) and not cfg_path.exists():
+        raise ConfigError(f"out={str(out)!r} is invalid for {flag}: no config.json there")
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -116,6 +131,27 @@ def check_resume(out: str | Path, mine: dict[str, Any]) -> None:
                           f"{str(out)!r}; resume with the same arguments")
 
 
+def check_state(out: str | Path) -> None:
+    """For ``--resume``, before anything is built: one-line ``ConfigError`` when the run in
+    ``out`` recorded a checkpoint (progress.json) but its checkpoints, or the metric files its
+    checkpoints count rows of, are gone. (A checkpoint cut or emptied is found when it is
+    read, and the one before it is used.)"""
+    d = Path(out)
+    if _read_progress(d / "progress.json") is None:
+        return  # stopped before its first checkpoint: it starts anew, and says so
+    ck = d / "checkpoints"
+    steps = [p for p in ck.iterdir() if p.is_dir() and p.name.isdigit()] if ck.is_dir() else []
+    if not steps:
+        raise ConfigError(f"--resume is invalid: the run in {str(out)!r} checkpointed but every "
+                          f"checkpoint is missing ({ck} holds none); restore them, or pass "
+                          "--restart to start the run over")
+    for name in ("metrics.csv", "eval.csv"):
+        if not (d / name).is_file():
+            raise ConfigError(f"--resume is invalid: {name} in {str(out)!r} is missing: rows "
+                              "before the checkpoint were lost (the file was cut or deleted); "
+                              "restore it, or pass --restart to start the run over")
+
+
 def check_max_iters(max_iters: int | None) -> None:
     if max_iters is not None and (isinstance(max_iters, bool) or not isinstance(max_iters, int)
                                   or max_iters < 1):
@@ -131,10 +167,12 @@ class Trainer:
     """
 
     def __init__(self, setup: Setup, schedule: Any, out: str | Path, *, resume: bool = False,
-                 init_state: Any = None, meta: dict[str, Any] | None = None,
-                 progress: bool = True, log: Callable[[str], None] | None = None):
+                 restart: bool = False, init_state: Any = None,
+                 meta: dict[str, Any] | None = None, progress: bool = True,
+                 log: Callable[[str], None] | None = None):
         self.setup, self.schedule, self.out = setup, schedule, Path(out)
-        self.resume, self.init_state, self.progress = resume, init_state, progress
+        self.resume, self.restart = resume, restart
+        self.init_state, self.progress = init_state, progress
         self.meta = dict(meta or {})
         self.log = log or (lambda s: None)
         t = setup.cfg.train
@@ -151,16 +189,28 @@ class Trainer:
     def _open(self) -> None:
         out = self.out
         cfg_path = out / "config.json"
-        check_out(out, self.resume)
+        check_out(out, self.resume, self.restart)
         out.mkdir(parents=True, exist_ok=True)
         mine = json.loads(json.dumps(self._config(), default=str))
-        if self.resume:
+        if self.resume or self.restart:
             check_resume(out, mine)
-        else:
+        if self.restart:
+            gone = [n for n in RUN_RECORDS if (out / n).exists()]
+            for n in gone:
+                p = out / n
+                shutil.rmtree(p) if p.is_dir() else p.unlink()
+            self.log(f"restarting {out}: removed {', '.join(gone) or 'nothing'}; starting at "
+                     "iteration 0")
+        if not self.resume:
             write_json(cfg_path, mine)
         self.metric_names = list(self.setup.agent.metric_names)
-        self.metrics = CsvLog(out / "metrics.csv", ROLLOUT_FIELDS + self.metric_names)
-        self.evals = CsvLog(out / "eval.csv", eval_fields(self.setup.env.spec.objective_names))
+        fields = ROLLOUT_FIELDS + self.metric_names
+        efields = eval_fields(self.setup.env.spec.objective_names)
+        if self.resume:
+            for name, want in (("metrics.csv", fields), ("eval.csv", efields)):
+                _check_header(out / name, want)
+        self.metrics = CsvLog(out / "metrics.csv", fields)
+        self.evals = CsvLog(out / "eval.csv", efields)
         self.ckpt = Checkpoints(out / "checkpoints")
 
     # -- compiled pieces -----------------------------------------------------------------------
@@ -189,19 +239,18 @@ class Trainer:
         key = jax.random.PRNGKey(s.seed)
         state = self.init_state
         if state is None:
-            state = s.agent.init(jax.random.fold_in(key, 0), s.env.spec, s.hyper)
+            # jitted, as the runner below: run op by op they were hundreds of small programs,
+            # each compiled at every start (seconds), where one program is one cache entry
+            state = jax.jit(lambda k: s.agent.init(k, s.env.spec, s.hyper))(
+                jax.random.fold_in(key, 0))
+        make_runner = jax.jit(lambda st, p, k: init_runner(s.venv, s.agent, st, p, k))
         prog: dict[str, Any] = {"iteration": 0, "segment": 0, "seg_iter": 0, "evals": [],
                                 "wall_s": 0.0, "eval_s": 0.0, "metric_rows": 0, "eval_rows": 0,
                                 "valid_steps": 0.0, "done": False}
-        if self.resume and self.ckpt.latest() is not None:
-            state, prog = self.ckpt.restore(state)
-            self.metrics.truncate(prog["metric_rows"])
-            self.evals.truncate(prog["eval_rows"])
-            self.log(f"resumed at iteration {prog['iteration']}")
-            self._mend_export(state, prog)
-        elif self.resume:
-            self.metrics.truncate(0)
-            self.evals.truncate(0)
+        runner = None
+        if self.resume:  # a runner of the right shapes is the restore's target
+            target = make_runner(state, self._params(), jax.random.fold_in(key, 1))
+            state, runner, prog = self._resume(state, target, prog, make_runner)
         if prog["iteration"] == 0:
             # a new run (or an adaptation, which starts at its source's iteration) anneals over
             # its own planned length; a resumed one keeps the schedule its checkpoint holds
@@ -212,10 +261,9 @@ class Trainer:
         evaluator = Evaluator(s, len(eval_prefs), t.get("eval_links", 8), t.get("eval_steps", 200))
         total = getattr(self.schedule, "max_iters", None)
         bar = _Bar(total, prog["iteration"], self.progress)
-        runner = None
-        params = s.params
-        if getattr(self.schedule, "draw_per_episode", False):
-            params = params.replace(pref_draw=jnp.ones((), bool))  # AUTO: one w per episode
+        params = self._params()
+        if runner is None:  # a new run's environments (or a resumed run that had no checkpoint)
+            runner = make_runner(state, params, jax.random.fold_in(key, 1))
         last_ckpt = prog["iteration"]
         try:
             if (getattr(self.schedule, "eval_at_start", False) and prog["iteration"] == 0
@@ -227,9 +275,6 @@ class Trainer:
                 if seg is None or (max_iters is not None and prog["iteration"] >= max_iters):
                     prog["done"] = seg is None
                     break
-                if runner is None:
-                    runner = init_runner(s.venv, s.agent, state, params,
-                                         jax.random.fold_in(key, 1 + prog["iteration"]))
                 while prog["seg_iter"] < seg.n_iters:
                     n = min(self.chunk, seg.n_iters - prog["seg_iter"])
                     if max_iters is not None:
@@ -252,7 +297,7 @@ class Trainer:
                     prog["seg_iter"] += n
                     bar.update(n, rows[-1])
                     if prog["iteration"] - last_ckpt >= self.ckpt_every:
-                        self._save(state, prog)
+                        self._save(state, runner, prog)
                         last_ckpt = prog["iteration"]
                 if prog["seg_iter"] < seg.n_iters:
                     break  # max_iters reached mid-segment
@@ -271,14 +316,14 @@ class Trainer:
                         new_best = True
                 prog["segment"] += 1
                 prog["seg_iter"] = 0
-                self._save(state, prog)
+                self._save(state, runner, prog)
                 last_ckpt = prog["iteration"]
                 if new_best:
                     # exported after the checkpoint that records it: a run killed in between
                     # resumes from that checkpoint and exports it then (``_mend_export``), so
                     # best/ and policy/ never hold a model the run's records do not
                     self._export(state, prog)
-            self._save(state, prog)
+            self._save(state, runner, prog)
         finally:
             bar.close()
         self.state = state
@@ -304,9 +349,70 @@ class Trainer:
             for i, w in enumerate(eval_prefs)])
         return res["reward"]
 
-    def _save(self, state: Any, prog: dict[str, Any]) -> None:
+    def _params(self) -> Any:
+        params = self.setup.params
+        if getattr(self.schedule, "draw_per_episode", False):
+            params = params.replace(pref_draw=jnp.ones((), bool))  # AUTO: one w per episode
+        return params
+
+    def _save(self, state: Any, runner: Any, prog: dict[str, Any]) -> None:
         prog["metric_rows"], prog["eval_rows"] = self.metrics.rows, self.evals.rows
-        self.ckpt.save(prog["iteration"], state, prog)
+        self.ckpt.save(prog["iteration"], state, prog, runner=runner)
+        # outside checkpoints/: that the run has checkpointed, so a resume that finds no
+        # checkpoint knows they were lost rather than never written
+        write_json(self.out / "progress.json",
+                   {"checkpoint_iteration": prog["iteration"], "done": prog["done"],
+                    "metric_rows": prog["metric_rows"], "eval_rows": prog["eval_rows"],
+                    "kept": self.ckpt.steps()})
+
+    def _resume(self, state: Any, runner: Any, prog: dict[str, Any], make_runner: Any
+                ) -> tuple[Any, Any, dict[str, Any]]:
+        """The newest intact checkpoint's (state, runner, progress), with the CSVs cut to what
+        it recorded (runner None where the run had no checkpoint yet: it starts anew); logs
+        what was found. ``ConfigError`` where continuing would lose work
+        silently: checkpoints recorded but none intact, or rows missing before the one
+        resumed from."""
+        out, flag = self.out, "pass --restart to start the run over"
+        rec = _read_progress(out / "progress.json")
+        step, trees, got, damaged = self.ckpt.restore_intact({"state": state, "runner": runner})
+        for bad, why in damaged:
+            self.log(f"checkpoint at iteration {bad} is damaged ({why}); skipped")
+        if step is None:
+            if rec is not None or damaged:
+                what = ("damaged" if damaged else
+                        f"missing ({out / 'checkpoints'} holds none)")
+                raise ConfigError(
+                    f"--resume is invalid: the run in {str(out)!r} checkpointed iteration "
+                    f"{(rec or {}).get('checkpoint_iteration', '?')} but every checkpoint is "
+                    f"{what}; restore them, or {flag}")
+            self.log(f"resuming {out}: no checkpoint was written before it stopped; starting "
+                     f"at iteration 0 (dropping {self.metrics.rows} metric and "
+                     f"{self.evals.rows} evaluation rows)")
+            self.metrics.truncate(0)
+            self.evals.truncate(0)
+            return state, None, prog
+        for log, name, key in ((self.metrics, "metrics.csv", "metric_rows"),
+                               (self.evals, "eval.csv", "eval_rows")):
+            if log.rows < got[key]:
+                raise ConfigError(
+                    f"--resume is invalid: {name} in {str(out)!r} has {log.rows} rows but the "
+                    f"checkpoint at iteration {step} recorded {got[key]}: rows before it were "
+                    f"lost (the file was cut or deleted); restore it, or {flag}")
+        dropped = (self.metrics.rows - got["metric_rows"], self.evals.rows - got["eval_rows"])
+        self.metrics.truncate(got["metric_rows"])
+        self.evals.truncate(got["eval_rows"])
+        how = "bit for bit"
+        if "runner" in trees:
+            runner = trees["runner"]
+        else:  # a checkpoint of a run started before runners were saved
+            how = "with fresh environments (its checkpoint has no runner state)"
+            runner = make_runner(trees["state"], self._params(), jax.random.fold_in(
+                jax.random.PRNGKey(self.setup.seed), 1 + got["iteration"]))
+        fell = f", the newest intact of {len(damaged) + 1}" if damaged else ""
+        self.log(f"resuming {out} at iteration {step}{fell} {how}: dropping {dropped[0]} "
+                 f"metric and {dropped[1]} evaluation rows written after it")
+        self._mend_export(trees["state"], got)
+        return trees["state"], runner, got
 
     def _rows(self, seg: Segment, prog: dict[str, Any], m: Any, st: Any, dt: float,
               n: int) -> list[dict[str, Any]]:
@@ -337,7 +443,7 @@ class Trainer:
 
     def _summary(self, prog: dict[str, Any], eval_prefs: np.ndarray) -> dict[str, Any]:
         rows = self.evals.read()
-        last = [r for r in rows if r["iteration"] == rows[-1]["iteration"]] if rows else []
+        last = [_typed(r) for r in rows if r["iteration"] == rows[-1]["iteration"]] if rows else []
         return {"iterations": prog["iteration"], "done": prog["done"],
                 "train_wall_s": round(prog["wall_s"], 3), "eval_wall_s": round(prog["eval_s"], 3),
                 "compile_s_this_session": round(self.compile_s, 3),
@@ -381,6 +487,41 @@ class Trainer:
         pref = getattr(self.schedule, "preference", None) if s.agent.pref_dim else None
         save_policy(self.out / "policy", s.agent, s.agent.actor_params(state), s.env, s.params,
                     algo=s.cfg.name, preference=None if pref is None else list(pref))
+
+
+def _typed(row: dict[str, str]) -> dict[str, Any]:
+    """A CSV row's numbers as numbers (the phase stays a string)."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        try:
+            out[k] = int(v) if k in ("iteration", "cycle") else float(v)
+        except (TypeError, ValueError):
+            out[k] = v
+    return out
+
+
+def _read_progress(path: Path) -> dict[str, Any] | None:
+    """progress.json (written after each checkpoint), or None where there is none; an
+    unreadable one counts as present (the run did checkpoint)."""
+    if not path.exists():
+        return None
+    try:
+        raw = json.loads(path.read_text())
+        return raw if isinstance(raw, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _check_header(path: Path, fields: list[str]) -> None:
+    """``ConfigError`` unless the CSV at ``path`` (where it exists) starts with ``fields``."""
+    if not path.exists():
+        return
+    with open(path, newline="") as fh:
+        head = fh.readline().rstrip("\r\n")
+    if head != ",".join(fields):
+        raise ConfigError(f"--resume is invalid: {str(path)!r} does not start with the run's "
+                          f"header ({head[:60]!r}...); restore it, or pass --restart to start "
+                          "the run over")
 
 
 class _Bar:
