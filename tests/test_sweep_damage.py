@@ -339,3 +339,29 @@ def test_degenerate_criterion_spares_a_delay_preferring_policy():
     # no preference (a reward that always counts throughput) and no MI evaluated
     assert degenerate("box", 0.05, 0.02, 0.5, None) is not None
     assert degenerate("box", float("nan"), 0.5, 0.6, 0.3) is None
+
+
+def test_a_cut_preference_evaluation_file_is_one_line(tmp_path):
+    """``ccjax plot pareto`` (and ternary, cdf) read prefeval's Parquet files: one cut short is
+    a one-line error naming it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from ccjax.errors import ConfigError
+    from ccjax.sweep.prefeval import prefeval_dir, read_results
+
+    pdir = prefeval_dir(tmp_path)
+    pdir.mkdir()
+    (pdir / "spec.json").write_text("{}")
+    f = pdir / "abc.parquet"
+    pq.write_table(pa.table({"reward": [0.5, 0.6]}), f)
+    f.write_bytes(f.read_bytes()[:20])
+    try:
+        read_results(tmp_path)
+    except ConfigError as e:
+        assert "abc.parquet" in str(e) and "\n" not in str(e)
+    else:
+        raise AssertionError("a cut file was read")
+    (pdir / "spec.json").write_text('{"cut')
+    with pytest.raises(ConfigError, match="spec.json.*not a readable"):
+        read_results(tmp_path)

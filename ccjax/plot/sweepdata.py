@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ccjax.errors import ConfigError
+from ccjax.sweep.ledger import read_parquet  # noqa: F401  (re-exported)
 
 #: ``--by`` value that keeps one line per trial (no pooling)
 BY_TRIAL = "trial"
@@ -204,22 +205,6 @@ def select(trials: SweepTrials, available: list[str], wanted: list[str] | None,
 
 
 # -- training curves -----------------------------------------------------------------------------
-def read_parquet(path: Path, what: str) -> Any:
-    """The Parquet file ``path`` as a pyarrow table; one that cannot be read (cut short by a
-    kill or a full disk, overwritten) is a one-line ``ConfigError`` naming it (``what``: what
-    the file holds), not pyarrow's ArrowInvalid."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        return pq.read_table(path)
-    except (pa.ArrowException, OSError, ValueError) as e:
-        why = " ".join(str(e).split()) or type(e).__name__
-        raise ConfigError(f"{what}={str(path)!r} is invalid: not a readable Parquet file "
-                          f"({why}); allowed: the Parquet file the sweep wrote (this one was cut "
-                          "short or overwritten)") from None
-
-
 def read_curves(sweep_dir: Path, ids: list[str]) -> dict[str, dict[str, np.ndarray]]:
     """Each trial's curve (``curves/<id>.parquet``) as numpy columns (nulls as NaN)."""
     out = {}

@@ -356,10 +356,25 @@ def write_curve(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-def read_curve(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+def read_parquet(path: str | os.PathLike[str], what: str) -> Any:
+    """The Parquet file ``path`` as a pyarrow table; one that cannot be read (cut short by a
+    kill or a full disk, overwritten) is a one-line ``ConfigError`` naming it (``what``: what
+    the file holds), not pyarrow's ArrowInvalid."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    return pq.read_table(path).to_pylist()
+    try:
+        return pq.read_table(path)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise ConfigError(f"{what}={str(path)!r} is invalid: not a readable Parquet file "
+                          f"({why}); allowed: the Parquet file the sweep wrote (this one was cut "
+                          "short or overwritten)") from None
+
+
+
+def read_curve(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    return read_parquet(path, "curve").to_pylist()
 
 
 # -- `ccjax results`: the table, filtered and sorted ----------------------------------------------

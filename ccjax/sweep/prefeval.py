@@ -239,7 +239,19 @@ def prefeval_dir(sweep_dir: str | os.PathLike[str]) -> Path:
 
 def read_spec(sweep_dir: str | os.PathLike[str]) -> dict[str, Any] | None:
     p = prefeval_dir(sweep_dir) / SPEC_FILE
-    return json.loads(p.read_text()) if p.is_file() else None
+    if not p.is_file():
+        return None
+    try:
+        spec = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        why = " ".join(str(e).split()) or type(e).__name__
+        raise ConfigError(f"{str(p)!r} is invalid: not a readable preference-evaluation spec "
+                          f"({why}); remove the folder {str(p.parent)!r} to evaluate again"
+                          ) from None
+    if not isinstance(spec, dict):
+        raise ConfigError(f"{str(p)!r} is invalid: not a preference-evaluation spec (a JSON "
+                          "object)")
+    return spec
 
 
 def _check_match(old: dict[str, Any], new: dict[str, Any], where: Path) -> None:
@@ -422,8 +434,9 @@ class _Bar:
 def read_results(sweep_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], dict[str, Any],
                                                              dict[str, Any]]:
     """(spec.json, {trial id: columns}, {controller: columns}) of a sweep's preference
-    evaluation, each file's columns as numpy arrays. ``ConfigError`` when there is none."""
-    import pyarrow.parquet as pq
+    evaluation, each file's columns as numpy arrays. ``ConfigError`` when there is none, or
+    when a file cannot be read."""
+    from ccjax.sweep.ledger import read_parquet
 
     d = Path(sweep_dir)
     if not d.is_dir():
@@ -436,7 +449,7 @@ def read_results(sweep_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], dic
                           f"in {str(pdir)!r}; run `ccjax prefeval {d}` first")
 
     def cols(p: Path) -> dict[str, np.ndarray]:
-        t = pq.read_table(p)
+        t = read_parquet(p, "preference evaluation")
         return {c: t.column(c).to_numpy() for c in t.column_names}
 
     trials = {p.stem: cols(p) for p in files}
