@@ -316,9 +316,9 @@ def main() -> None:
                                  ("adaptation", a.adapt), ("Aurora", a.aurora))
                  if d is not None) + ".", ""]
     if a.commands:
-        lines += ["Each run's `config.json`, `summary.json`, `eval.csv` and `metrics.csv` are "
-                  "copied to [runs/](runs/) (checkpoints and policies are not committed). "
-                  "Commands:", "", "```", a.commands.read_text().strip(), "```", ""]
+        lines += ["The run directories are not committed (their checkpoints and policies are "
+                  "large); these commands remake them, and this script reads them:", "", "```",
+                  a.commands.read_text().strip(), "```", ""]
     runs = {"two-phase": a.two_phase}
     if a.all_at_once:
         runs["all-at-once"] = a.all_at_once
