@@ -30,7 +30,7 @@ jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 _LONGEST_FIRST = ("test_ns3_validation.py", "test_docs.py", "test_notebooks.py",
                   "test_resume_exact.py", "test_sweep_ray.py", "test_adapt.py",
                   "test_train.py", "test_sweep.py", "test_train_damage.py",
-                  "test_sweep_damage.py",
+                  "test_sweep_damage.py", "test_multi_flow_env.py",
                   "test_agents_contract.py", "test_ppo.py", "test_models.py",
                   "test_sweep_agents.py", "test_mix_and_devices.py", "test_export_auto.py")
 

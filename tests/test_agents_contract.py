@@ -1,7 +1,8 @@
 """The agent contract, over the registry: every algorithm preset (``algos/*.toml``; a new one
 joins without editing this file) initialises from its environment's spec, acts, updates,
-trains a few iterations with checkpoints, restores them bit for bit, resumes, exports a policy
-that runs as a controller (JAX) and in the NumPy deployment with the same actions."""
+and exports a policy that runs as a controller (JAX) and in the NumPy deployment with the same
+actions (``check_export_runs_everywhere``, on the run ``test_resume_exact.py`` trains, kills
+and resumes bit for bit for every preset)."""
 
 from __future__ import annotations
 
@@ -67,54 +68,35 @@ def test_init_act_update(name):
     assert runner.action.shape == a.shape and runner.action.dtype == a.dtype
 
 
-@pytest.mark.parametrize("name", list_algos())
-def test_train_checkpoint_resume_export_deploy(name, tmp_path):
-    """Trains an iteration with a checkpoint, restores it bit for bit, resumes to the end
-    (one evaluation, the export), then runs the exported policy: the agent, the exported JAX
-    network and the NumPy deployment take the same greedy actions, and ``ccjax eval`` runs it."""
+def check_export_runs_everywhere(name: str, cfg, run, tmp_path) -> None:
+    """The trained run in ``run`` (``ccjax train``'s folder of ``cfg``): its agent metrics are
+    finite, its best state restores, and that state exported runs as a controller: the agent,
+    the exported JAX network and the NumPy deployment take the same greedy actions, and
+    ``ccjax eval`` runs it. Called by ``test_resume_exact.py`` on its uninterrupted run, so the
+    contract's training, checkpoint and resume part is trained once per preset there."""
     import csv
 
     from ccjax import deploy
-    from ccjax.agents.export import deterministic_action, load_policy
+    from ccjax.agents.export import deterministic_action, load_policy, save_policy
     from ccjax.evaluate import evaluate
     from ccjax.sim.link import LinkSpec
-    from ccjax.train import train
     from ccjax.train.store import Checkpoints
 
-    cfg = small(name)
-    out = tmp_path / "run"
-    first = train(cfg, out, progress=False, max_iters=1)
-    assert first["iterations"] == 1 and not first["done"]
     s = build(cfg, 0)
-    template = s.agent.init(jax.random.PRNGKey(0), s.env.spec, s.hyper)
-    states = []
-    for _ in range(2):  # restoring twice gives the same bits
-        ck = Checkpoints(out / "checkpoints")
-        state, prog = ck.restore(template)
-        ck.close()
-        states.append(state)
-    assert prog["iteration"] == 1 and int(states[0].iteration) == 1
-    for x, y in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1]), strict=True):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    done = train(cfg, out, progress=False, resume=True)
-    assert done["iterations"] == 2 and done["done"]
-    rows = list(csv.DictReader(open(out / "metrics.csv")))
-    assert [int(r["iteration"]) for r in rows] == [1, 2]  # none lost or repeated
+    rows = list(csv.DictReader(open(run / "metrics.csv")))
     for k in s.agent.metric_names:  # the agent's own metrics, finite
         assert all(np.isfinite(float(r[k])) for r in rows), k
-
-    ck = Checkpoints(out / "best")
+    template = s.agent.init(jax.random.PRNGKey(0), s.env.spec, s.hyper)
+    ck = Checkpoints(run / "best")
     state, _ = ck.restore(template)
     ck.close()
     # weights away from their initial scale, so the actions are not all near one value
     state = state.replace(**{f: jax.tree.map(lambda x: x * 30.0, getattr(state, f))
                              for f in ("actor", "params") if hasattr(state, f)})
-    from ccjax.agents.export import save_policy
-
     pref = None if not s.env.pref_dim else [1.0 / s.env.pref_dim] * s.env.pref_dim
     d = save_policy(tmp_path / "policy", s.agent, s.agent.actor_params(state), s.env, s.params,
                     algo=name, preference=pref)
-    assert (out / "policy" / "policy.json").is_file()  # the run exported its own too
+    assert (run / "policy" / "policy.json").is_file()  # the run exported its own too
     loaded = load_policy(d)
     runner = init_runner(s.venv, s.agent, state, s.params, jax.random.PRNGKey(1))
     obs = jax.random.normal(jax.random.PRNGKey(4), (16, s.env.spec.obs_dim))
@@ -136,3 +118,4 @@ def test_train_checkpoint_resume_export_deploy(name, tmp_path):
                    duration_s=2.0)
     row = res.rows[0]
     assert 0.0 < row["utilization"] <= 1.0 and np.isfinite(row["latency_ratio"])
+

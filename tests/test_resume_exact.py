@@ -2,7 +2,8 @@
 every registered agent (``algos/*.toml``; a new one joins without editing this file), a run
 killed while compiling, between checkpoints and while a checkpoint is being written, resumed
 after each, writes the same metrics and evaluations and exports the same policy, bit for bit,
-as one run straight through."""
+as one run straight through; and that policy runs as a controller in JAX, in ``ccjax eval``
+and in the NumPy deployment with the agent's actions."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 
 from ccjax.algos import list_algos, load_algo
-from tests.test_agents_contract import small
+from tests.test_agents_contract import check_export_runs_everywhere, small
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,3 +78,5 @@ def test_a_run_killed_anywhere_resumes_bit_for_bit(preset, tmp_path):
         np.testing.assert_array_equal(pa[k], pb[k], err_msg=k)
     ja, jb = (json.loads((d / "policy" / "policy.json").read_text()) for d in (ref, run))
     assert ja == jb
+    # the rest of the agent contract on the same run: its export runs everywhere
+    check_export_runs_everywhere(preset, config(preset), ref, tmp_path)

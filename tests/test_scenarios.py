@@ -15,7 +15,8 @@ from ccjax.sim.link import LinkSpec
 from ccjax.sim.scenario import Scenario, list_scenarios, load_scenario, presets_dir
 
 PRESETS = [
-    "astraea-train", "aurora-train", "auto-cellular", "auto-fairness", "auto-hybrid",
+    "astraea-three-flows", "astraea-train", "astraea-train-loss", "aurora-train",
+    "auto-cellular", "auto-fairness", "auto-hybrid",
     "auto-random-loss", "auto-rapid-change", "auto-satellite", "auto-train", "dumbbell",
     "mocc-test", "mocc-train", "pareto-advance", "zixia-step",
 ]
@@ -37,6 +38,8 @@ PAPER_RANGES = {
     "zixia-step": ((12, 60), (20, 20), (100, 100), (0.01, 0.01), (1, 1)),
     "pareto-advance": ((5, 100), (90, 90), (300, 300), (0, 0), (1, 1)),
     "astraea-train": ((40, 160), (10, 140), None, (0, 0), (2, 5)),
+    "astraea-train-loss": ((40, 160), (10, 140), None, (0, 0.01), (2, 5)),
+    "astraea-three-flows": ((100, 100), (30, 30), (250, 250), (0, 0), (3, 3)),
     "dumbbell": ((12, 12), (40, 40), (40, 40), (0, 0), (2, 2)),
 }
 
@@ -158,6 +161,54 @@ def test_astraea_flows_arrive_and_leave_with_own_rtts():
     for sp in specs:  # buffer = factor x BDP(bandwidth, largest RTT), factor in [0.1, 16]
         bdp = sp.bandwidth_mbps[0] * 1e6 / 8 * max(sp.rtt_ms) * 1e-3 / 1500
         assert 0.1 * bdp - 1 <= sp.buffer_pkts <= 16 * bdp + 1
+
+
+def test_astraea_three_flows_schedule():
+    """Section 5.1.1: three flows at 100 Mbps, 30 ms, 1 BDP, started 40 s apart, 120 s each."""
+    (sp,) = load_scenario("astraea-three-flows").sample(0, 1)
+    assert sp.bandwidth_mbps == (100.0,) and sp.rtt_ms == (30.0, 30.0, 30.0)
+    assert sp.buffer_pkts == 250.0  # 100 Mbps x 30 ms / 1500 B
+    assert sp.start_s == (0.0, 40.0, 80.0) and sp.stop_s == (120.0, 160.0, 200.0)
+
+
+FIXED = """
+duration_s = 10
+[link]
+bandwidth_mbps = {uniform = [10, 20]}
+buffer_pkts = {uniform = [50, 100]}
+[flows]
+"""
+
+
+def test_fixed_per_flow_lists(tmp_path):
+    s = load_scenario(_write(tmp_path, FIXED + """rtt_ms = [20, 40, 60]
+start_s = [0, 1, 1]
+stop_s = [9, 5, 20]
+controllers = ["agent", "cubic", "bbr"]
+""", "lists.toml"))
+    assert s.max_flows == 3 and s.flows.controllers == ("agent", "cubic", "bbr")
+    for sp in s.sample(3, 4):
+        assert sp.rtt_ms == (20.0, 40.0, 60.0)
+        assert sp.start_s == (0.0, 1.0, 1.0) and sp.stop_s == (9.0, 5.0, 20.0)
+    # lists draw nothing: the drawn fields are those of the same scenario without them
+    plain = load_scenario(_write(tmp_path, FIXED + "count = 3\nrtt_ms = 20\n", "plain.toml"))
+    for a, b in zip(s.sample(5, 6), plain.sample(5, 6), strict=True):
+        assert a.bandwidth_mbps == b.bandwidth_mbps and a.buffer_pkts == b.buffer_pkts
+
+
+def test_stagger_and_varying_count(tmp_path):
+    s = load_scenario(_write(tmp_path, FIXED + """count = {int_uniform = [2, 4]}
+rtt_ms = [10, 20, 30, 40]
+stagger_s = 2
+lifetime_s = 3
+""", "stagger.toml"))
+    specs = s.sample(0, 16)
+    assert len({sp.n_flows for sp in specs}) > 1
+    for sp in specs:
+        n = sp.n_flows
+        assert sp.start_s == tuple(2.0 * i for i in range(n))
+        assert sp.stop_s == tuple(2.0 * i + 3.0 for i in range(n))
+        assert sp.rtt_ms == (10.0, 20.0, 30.0, 40.0)[:n]
 
 
 def test_rapid_change_schedule():
@@ -318,6 +369,34 @@ rtt_ms = 40
                               "than its data takes to start, up to 60 ms"),
         (BASE + "access_ms = 20\nlifetime_s = 0.02\n", "flows.lifetime_s=0.02",
          "with flows.access_ms a flow must live longer"),
+        (BASE.replace("rtt_ms = 40", "rtt_ms = [40, 0]"), "flows.rtt_ms=[40, 0]",
+         "allowed: values must be > 0 ms"),
+        (BASE.replace("rtt_ms = 40", "rtt_ms = [40, 'x']"), "flows.rtt_ms=",
+         "allowed: a non-empty list of numbers"),
+        (BASE.replace("rtt_ms = 40", "rtt_ms = [40, 50]\nshared_rtt = true"),
+         "flows.shared_rtt=True", "allowed: false with a list"),
+        (BASE.replace("rtt_ms = 40", "rtt_ms = [40, 50]\ncount = 3"), "flows.rtt_ms=[40, 50]",
+         "allowed: one value per flow, 3"),
+        (BASE + "count = 2\nstart_s = [3, 1]\n", "flows.start_s=[3, 1]",
+         "allowed: non-decreasing"),
+        (BASE + "count = 2\nstart_s = [0, 10]\n", "flows.start_s=[0, 10]", "< duration_s"),
+        (BASE + "count = 2\nstart_s = [0, 1]\nfirst_at_zero = true\n",
+         "flows.first_at_zero=True", "allowed: absent with a list"),
+        (BASE + "count = 3\nstagger_s = 5\n", "flows.stagger_s=5", "< duration_s"),
+        (BASE + "stagger_s = -1\n", "flows.stagger_s=-1", "allowed: a number >= 0"),
+        (BASE + "stagger_s = 1\nstart_s = 0\n", "flows.stagger_s=1",
+         "allowed: not with flows.start_s"),
+        (BASE + "count = 2\nstagger_s = 4\nstop_s = [5, 3]\n", "flows.stop_s=[5, 3]",
+         "allowed: each flow's stop time after its start (flow 1: 3 s <= 4 s)"),
+        (BASE + "stop_s = 3\n", "flows.stop_s=3", "allowed: a list of stop times"),
+        (BASE + "stop_s = [3]\nlifetime_s = 2\n", "flows.stop_s=[3]",
+         "allowed: not with flows.lifetime_s"),
+        (BASE + "count = 2\ncontrollers = ['agent', 'reno2']\n", "flows.controllers=",
+         "allowed: 'agent' or a controller name"),
+        (BASE + "controllers = 'cubic'\n", "flows.controllers='cubic'",
+         "allowed: a non-empty list of names"),
+        (BASE + "handshake = true\nstop_s = [0.03]\n", "flows.stop_s=[0.03]",
+         "with flows.handshake each flow's stop time after its data starts"),
     ],
 )
 def test_bad_toml_raises_one_line_config_error(tmp_path, text, field, why):

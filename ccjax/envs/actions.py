@@ -11,6 +11,12 @@ nothing, so ``ccjax.deploy`` can load it beside itself without JAX.
 
 Both keep the result within [min_rate, max_rate] (AUTO Eq. 8 caps the rate at 500 Mbps in
 training; Aurora clamps to its rate bounds).
+
+Window maps (``WINDOW_ACTION_MAPS``) change a congestion window (packets) instead of a rate:
+
+* ``astraea``: continuous a in (-1, 1); cwnd x (1 + alpha a) for a >= 0, cwnd / (1 - alpha a)
+  otherwise (Astraea Eq. 3, alpha = 0.025 in Table 4), rounded to whole packets (§3.3: "cwnd
+  is an integer"); the flow then paces at cwnd / sRTT (§3.3).
 """
 
 from __future__ import annotations
@@ -22,6 +28,11 @@ from typing import Any
 AUTO_MULTIPLIERS = (1 / 2, 1 / 1.3, 1 / 1.1, 1.0, 1.1, 1.3, 2.0)
 #: action map name -> (kind, n): what ``ccjax.envs.spec.ActionSpace`` declares
 ACTION_MAPS = {"mocc": ("box", 1), "auto": ("discrete", len(AUTO_MULTIPLIERS))}
+#: window action map name -> (kind, n), as ``ACTION_MAPS`` (the multi-flow environment's maps)
+WINDOW_ACTION_MAPS = {"astraea": ("box", 1)}
+#: Astraea's least window, packets: the paper gives none; its released kernel module keeps
+#: cwnd >= 4 (``tcp_bbr_init_cwnd``, notes §8), which also keeps a flow's ACK clock alive
+ASTRAEA_MIN_CWND_PKTS = 4.0
 
 
 def mocc_rate(rate: Any, a: Any, alpha: Any, lo: Any, hi: Any, xp: Any) -> Any:
@@ -41,6 +52,28 @@ def auto_action_feature(index: Any, xp: Any) -> Any:
     [-1, 1], so "keep the rate" reads 0 and halving and doubling are symmetric."""
     logs = [math.log2(m) for m in AUTO_MULTIPLIERS]
     return xp.asarray(logs, dtype=xp.float32)[index]
+
+
+def astraea_cwnd(cwnd_pkts: Any, a: Any, alpha: Any, lo: Any, hi: Any, xp: Any) -> Any:
+    """Astraea Eq. 3 for window(s) ``cwnd_pkts`` (packets) and continuous action(s) ``a``.
+
+    The window is an integer (§3.3). The paper does not say how it rounds; the released
+    inference code (notes §8, ``infer.py::map_action``) takes the ceiling for a >= 0 and the
+    floor otherwise, so any a > 0 grows a small window by at least a packet, any a < 0 shrinks
+    it, and a = 0 keeps an integer window exactly. Kept within [lo, hi] packets."""
+    grown = xp.ceil(cwnd_pkts * (1.0 + alpha * a) - 1e-4)
+    shrunk = xp.floor(cwnd_pkts / (1.0 - alpha * a) + 1e-4)
+    # (the 1e-4 packet absorbs float32 round-off: cwnd x (1 + 0) must not become cwnd + 1)
+    return xp.clip(xp.where(a >= 0, grown, shrunk), lo, hi)
+
+
+def apply_window_action(kind: str, cwnd_pkts: Any, action: Any, alpha: Any, lo: Any, hi: Any,
+                        xp: Any) -> Any:
+    """The new window (packets) under the window map ``kind`` (``WINDOW_ACTION_MAPS``)."""
+    if kind == "astraea":
+        return astraea_cwnd(cwnd_pkts, action, alpha, lo, hi, xp)
+    raise ValueError(f"window action map {kind!r} is invalid: one of "
+                     f"{', '.join(WINDOW_ACTION_MAPS)}")
 
 
 def apply_action(kind: str, rate: Any, action: Any, alpha: Any, lo: Any, hi: Any,

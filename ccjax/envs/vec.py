@@ -27,8 +27,9 @@ from ccjax.envs.spec import EnvSpec
 
 class TickEnv(Protocol):
     """What ``VecEnv`` needs of one environment: an MI is begun, ticked while it runs and
-    ended, so a batch can run its tick loop at the batch level (``SingleFlowEnv``; the
-    multi-flow environment implements the same)."""
+    ended, so a batch can run its tick loop at the batch level (``SingleFlowEnv``;
+    ``MultiFlowEnv``, whose step runs to the link's next event and whose outputs, ``done``
+    included, carry a flow axis)."""
 
     @property
     def spec(self) -> EnvSpec: ...
@@ -99,17 +100,20 @@ class VecEnv:
             lambda c: jnp.any(running(st, c[0])) & (c[1] < budget), body,
             (st.sim, jnp.zeros((), jnp.int32)))
         obs, st, reward, done, info = jax.vmap(env.end, in_axes=(0, 0, ax))(st, sim, params)
+        # an environment with a flow axis (``MultiFlowEnv``) says ``done`` per flow, and all
+        # its flows' episodes end together with the link's
+        link_done = done.reshape(done.shape[0], -1).any(1)
 
         def do_reset(args):
             obs, st, critic = args
             obs_r, st_r = self.reset(k_reset, params)
             sel = lambda r, s: jnp.where(  # noqa: E731
-                done.reshape(done.shape + (1,) * (s.ndim - 1)), r, s)
+                link_done.reshape(link_done.shape + (1,) * (s.ndim - 1)), r, s)
             return (jax.tree.map(sel, obs_r, obs), jax.tree.map(sel, st_r, st),
                     sel(self.critic_obs(st_r, params), critic))
 
         # the critic input of the returned states: the step's own, a reset episode's where one
         # ended (computed only on the steps where some episode did)
-        obs, st, critic = jax.lax.cond(jnp.any(done), do_reset, lambda a: a,
+        obs, st, critic = jax.lax.cond(jnp.any(link_done), do_reset, lambda a: a,
                                        (obs, st, info.next_critic))
         return obs, st, reward, done, info.replace(critic=critic)

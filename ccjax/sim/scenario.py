@@ -48,6 +48,19 @@ TOML schema (every table and key is checked; an unknown key is an error)::
                                       # (LinkSpec.access_ms); absent = 0; at most half of every
                                       # RTT the flows can draw
 
+Fixed per-flow schedules (evaluation runs: Astraea §5.1.1's three flows started 40 s apart,
+§5.1.2's RTTs of 40-200 ms) are lists, one value per flow (flow 0 first); a link of n flows
+takes the first n. Each list holds as many values as the largest ``count``, which defaults to
+the lists' length. Lists draw nothing, so they never shift the draws of the other fields::
+
+    rtt_ms = [40, 80, 120, 160, 200]  # flow i's base RTT (instead of a distribution; then
+                                      # shared_rtt must be false or absent)
+    start_s = [0, 40, 80]             # flow i's start time, non-decreasing
+    stagger_s = 40                    # or: flow i starts at i x stagger_s (not with start_s)
+    stop_s = [120, 160, 200]          # flow i's stop time, after its start (not with lifetime_s)
+    controllers = ["agent", "cubic"]  # who sends on flow i: "agent" (the policy being trained or
+                                      # evaluated) or a classic controller's name (ccjax.cc)
+
 A distribution is a plain number (a constant), ``{uniform = [lo, hi]}``,
 ``{log_uniform = [lo, hi]}`` (uniform in log space, lo > 0), ``{choice = [a, b, ...]}`` (each
 value equally likely) or ``{int_uniform = [lo, hi]}`` (integers, both ends included).
@@ -295,6 +308,15 @@ class FlowDist:
     handshake: bool = False
     #: per-flow one-way sender-to-bottleneck delay, ms (``LinkSpec.access_ms``); None: 0
     access_ms: Dist | None = None
+    #: fixed per-flow values (the module docstring's lists), one per flow slot; None: drawn
+    rtt_list: tuple[float, ...] | None = None
+    start_list: tuple[float, ...] | None = None
+    stop_list: tuple[float, ...] | None = None
+    #: flow i starts at i x ``stagger_s``; None: start times are drawn (or listed)
+    stagger_s: float | None = None
+    #: who sends on flow i: ``AGENT`` or a classic controller's name; None: not assigned (the
+    #: caller's choice, as ``ccjax simulate --cc`` makes it)
+    controllers: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -363,13 +385,24 @@ class Scenario:
         L, F = self.link, self.flows
         n = int(F.count.draw(rng))
         cap, mean_mbps = self._sample_capacity(rng)
-        rtt = ([F.rtt_ms.draw(rng)] * n if F.shared_rtt else F.rtt_ms.sample(rng, n).tolist())
-        if F.first_at_zero:
+        # (fixed lists draw nothing: the other fields' draws are those without them)
+        if F.rtt_list is not None:
+            rtt = list(F.rtt_list[:n])
+        else:
+            rtt = ([F.rtt_ms.draw(rng)] * n if F.shared_rtt
+                   else F.rtt_ms.sample(rng, n).tolist())
+        if F.start_list is not None:
+            start = np.asarray(F.start_list[:n], np.float64)
+        elif F.stagger_s is not None:
+            start = np.arange(n, dtype=np.float64) * F.stagger_s
+        elif F.first_at_zero:
             start = np.concatenate([[0.0], np.sort(F.start_s.sample(rng, n - 1))])
         else:
             start = np.sort(F.start_s.sample(rng, n))
         stop = None
-        if F.lifetime_s is not None:
+        if F.stop_list is not None:
+            stop = list(F.stop_list[:n])
+        elif F.lifetime_s is not None:
             stop = (start + F.lifetime_s.sample(rng, n)).tolist()
         if L.buffer_bdp is not None:
             bdp_pkts = mbps_to_bytes_per_s(mean_mbps) * max(rtt) * 1e-3 / PACKET_BYTES
@@ -505,8 +538,10 @@ def _parse(data: dict[str, Any], where: _Where, base_dir: Path, default_name: st
 
     link = _parse_link(_table(data, "link", "", where), where, base_dir, duration)
     flows = _parse_flows(_table(data, "flows", "", where), where)
+    start_key = "flows.stagger_s" if flows.stagger_s is not None else "flows.start_s"
+    start_raw = data["flows"].get(start_key.split(".")[1])
     if flows.start_s.hi >= duration:
-        raise where.fail("flows.start_s", data["flows"]["start_s"],
+        raise where.fail(start_key, start_raw,
                          f"start times must be < duration_s ({duration:g} s); a flow starting "
                          "at or after the end never sends")
 
@@ -525,10 +560,19 @@ def _parse(data: dict[str, Any], where: _Where, base_dir: Path, default_name: st
     what = " and ".join(w for w, on in (("flows.handshake", flows.handshake),
                                         ("flows.access_ms", flows.access_ms is not None)) if on)
     if lead_ms > 0 and flows.start_s.hi + 1e-3 * lead_ms >= duration:
-        raise where.fail("flows.start_s", data["flows"].get("start_s", 0.0),
+        raise where.fail(start_key, start_raw if start_raw is not None else 0.0,
                          f"with {what} a flow's data can start "
                          f"{flows.start_s.hi + 1e-3 * lead_ms:g} s in, not before duration_s "
                          f"({duration:g} s); start flows earlier or run longer")
+    if lead_ms > 0 and flows.stop_list is not None:
+        starts = (flows.start_list if flows.start_list is not None
+                  else flows.start_s.params if flows.stagger_s is not None
+                  else (flows.start_s.hi,) * len(flows.stop_list))
+        for i, (a, b) in enumerate(zip(starts, flows.stop_list, strict=True)):
+            if b <= a + 1e-3 * lead_ms:
+                raise where.fail("flows.stop_s", data["flows"]["stop_s"],
+                                 f"allowed: with {what} each flow's stop time after its data "
+                                 f"starts (flow {i}: {b:g} s <= {a + 1e-3 * lead_ms:g} s)")
     if lead_ms > 0 and flows.lifetime_s is not None and flows.lifetime_s.lo <= 1e-3 * lead_ms:
         raise where.fail("flows.lifetime_s", data["flows"]["lifetime_s"],
                          f"with {what} a flow must live longer than its data takes to start, "
@@ -665,22 +709,113 @@ def _parse_cycles(raw: object, key: str, where: _Where) -> tuple[tuple[float, ..
     return tuple(out)
 
 
+#: the name ``flows.controllers`` gives the flows the learned policy sends on
+AGENT = "agent"
+
+
+def _parse_list(raw: list, key: str, where: _Where, bound: _Bound) -> tuple[float, ...]:
+    """A fixed per-flow list (``flows.rtt_ms = [...]`` and the like), each value in ``bound``."""
+    if not raw or not all(_is_number(v) for v in raw):
+        raise where.fail(key, raw, "allowed: a non-empty list of numbers, one per flow")
+    for v in raw:
+        if not bound.ok(float(v)):
+            raise where.fail(key, raw, f"allowed: {bound.describe()}")
+    return tuple(float(v) for v in raw)
+
+
+def _parse_controllers(raw: object, key: str, where: _Where) -> tuple[str, ...]:
+    from ccjax.cc.registry import CONTROLLERS  # (the registry imports the simulator)
+
+    names = (AGENT, *sorted(CONTROLLERS))
+    if not isinstance(raw, list) or not raw or not all(isinstance(c, str) for c in raw):
+        raise where.fail(key, raw, f"allowed: a non-empty list of names, one per flow, each "
+                         f"{AGENT!r} or a controller name (" + ", ".join(names[1:]) + ")")
+    for c in raw:
+        if c not in names:
+            raise where.fail(key, raw, f"allowed: {AGENT!r} or a controller name ("
+                             + ", ".join(names[1:]) + f"), not {c!r}")
+    return tuple(raw)
+
+
 def _parse_flows(t: dict[str, Any], where: _Where) -> FlowDist:
     p = "flows."
     _take(t, ("count", "rtt_ms", "shared_rtt", "start_s", "first_at_zero", "lifetime_s",
-              "handshake", "access_ms"), p, where)
-    count = _parse_dist(t.get("count", 1), p + "count", where,
-                        _Bound(lo=1.0, hi=4096.0, integer=True, unit="flows"))
+              "handshake", "access_ms", "stagger_s", "stop_s", "controllers"), p, where)
+    lists = {k: t[k] for k in ("rtt_ms", "start_s", "stop_s", "controllers")
+             if isinstance(t.get(k), list)}
+    if "stop_s" in t and "stop_s" not in lists:
+        raise where.fail(p + "stop_s", t["stop_s"], "allowed: a list of stop times, one per "
+                         "flow (lifetime_s takes a distribution)")
+    # the largest flow count: given, or the length of the fixed lists
+    if "count" in t or not lists:
+        count = _parse_dist(t.get("count", 1), p + "count", where,
+                            _Bound(lo=1.0, hi=4096.0, integer=True, unit="flows"))
+    else:
+        count = Dist("const", (float(len(next(iter(lists.values())))),))
+    n_max = int(count.hi)
+    for k, v in lists.items():
+        if len(v) != n_max:
+            raise where.fail(p + k, v, f"allowed: one value per flow, {n_max} (the largest "
+                             "flows.count)")
     if "rtt_ms" not in t:
         raise where.missing(p + "rtt_ms", "the flows' base RTT is required")
-    rtt = _parse_dist(t["rtt_ms"], p + "rtt_ms", where, _Bound(**_POSITIVE, unit="ms"))
-    start = _parse_dist(t.get("start_s", 0.0), p + "start_s", where, _Bound(lo=0.0, unit="s"))
+    rtt_list = start_list = stop_list = None
+    if "rtt_ms" in lists:
+        if t.get("shared_rtt", False):
+            raise where.fail(p + "shared_rtt", True, "allowed: false with a list of per-flow "
+                             "flows.rtt_ms (one RTT per flow)")
+        rtt_list = _parse_list(lists["rtt_ms"], p + "rtt_ms", where,
+                               _Bound(**_POSITIVE, unit="ms"))
+        rtt = Dist("choice", rtt_list)  # its support, for the checks against every RTT
+    else:
+        rtt = _parse_dist(t["rtt_ms"], p + "rtt_ms", where, _Bound(**_POSITIVE, unit="ms"))
+    stagger = None
+    if "stagger_s" in t:
+        v = t["stagger_s"]
+        if not _is_number(v) or not math.isfinite(v) or v < 0:
+            raise where.fail(p + "stagger_s", v, "allowed: a number >= 0 s (flow i starts at "
+                             "i x stagger_s)")
+        for other in ("start_s", "first_at_zero"):
+            if other in t:
+                raise where.fail(p + "stagger_s", v, f"allowed: not with flows.{other} (the "
+                                 "stagger sets every start time, flow 0's at 0)")
+        stagger = float(v)
+        start = Dist("choice", tuple(i * stagger for i in range(n_max)))
+    elif "start_s" in lists:
+        if "first_at_zero" in t:
+            raise where.fail(p + "first_at_zero", t["first_at_zero"], "allowed: absent with a "
+                             "list of flows.start_s (the list gives flow 0's start)")
+        start_list = _parse_list(lists["start_s"], p + "start_s", where,
+                                 _Bound(lo=0.0, unit="s"))
+        if any(b < a for a, b in zip(start_list, start_list[1:], strict=False)):
+            raise where.fail(p + "start_s", lists["start_s"], "allowed: non-decreasing start "
+                             "times (flow 0 first, as drawn start times are sorted)")
+        start = Dist("choice", start_list)
+    else:
+        start = _parse_dist(t.get("start_s", 0.0), p + "start_s", where,
+                            _Bound(lo=0.0, unit="s"))
     life = _opt_dist(t, "lifetime_s", p, where, _Bound(**_POSITIVE, unit="s"))
+    if "stop_s" in lists:
+        if life is not None:
+            raise where.fail(p + "stop_s", lists["stop_s"], "allowed: not with flows.lifetime_s "
+                             "(give one of them)")
+        stop_list = _parse_list(lists["stop_s"], p + "stop_s", where, _Bound(lo=0.0, unit="s"))
+        starts = (start_list if start_list is not None
+                  else start.params if stagger is not None else None)
+        for i, b in enumerate(stop_list):
+            a = starts[i] if starts is not None else start.hi
+            if b <= a:
+                raise where.fail(p + "stop_s", lists["stop_s"], f"allowed: each flow's stop "
+                                 f"time after its start (flow {i}: {b:g} s <= {a:g} s)")
+    controllers = (_parse_controllers(t["controllers"], p + "controllers", where)
+                   if "controllers" in t else None)
     access = _opt_dist(t, "access_ms", p, where, _Bound(lo=0.0, unit="ms"))
-    return FlowDist(count=count, rtt_ms=rtt, shared_rtt=_bool(t, "shared_rtt", p, where, True),
+    return FlowDist(count=count, rtt_ms=rtt,
+                    shared_rtt=_bool(t, "shared_rtt", p, where, rtt_list is None),
                     start_s=start, first_at_zero=_bool(t, "first_at_zero", p, where, False),
                     lifetime_s=life, handshake=_bool(t, "handshake", p, where, False),
-                    access_ms=access)
+                    access_ms=access, rtt_list=rtt_list, start_list=start_list,
+                    stop_list=stop_list, stagger_s=stagger, controllers=controllers)
 
 
 # ----------------------------------------------------------------------------------------------
