@@ -239,8 +239,23 @@ _DRIVER = textwrap.dedent("""
             if len(starts) == 2:  # the second batch is marked running: a hard kill now
                 os.kill(os.getpid(), signal.SIGKILL)
 
-    run_sweep(sys.argv[1], sys.argv[2], batch=2, callback=kill_at_second_batch)
+    run_sweep(sys.argv[1], sys.argv[2], batch=int(sys.argv[3]),
+              callback=kill_at_second_batch)
 """)
+
+
+def sweep_killed_at_second_batch(spec_path: Path, out: Path, d: Path, batch: int) -> None:
+    """Run the sweep of ``spec_path`` into ``out`` in a child process (``_DRIVER``, written in
+    ``d``) that SIGKILLs itself when its second batch of ``batch`` trials starts."""
+    env = dict(os.environ)
+    # share this session's compilation cache (tests/conftest.py) with the child
+    env.update(JAX_COMPILATION_CACHE_DIR=jax.config.jax_compilation_cache_dir,
+               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5",
+               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
+    (d / "driver.py").write_text(_DRIVER)
+    p = subprocess.run([sys.executable, str(d / "driver.py"), str(spec_path), str(out),
+                        str(batch)], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
 
 
 @pytest.fixture(scope="module")
@@ -252,15 +267,7 @@ def killed_and_resumed(tmp_path_factory):
     spec_path = _write_spec(d / "tiny.toml", {"seed": [0, 1], "hyper.lr": [1e-3, 1e30]},
                             {"eval_every": 2})
     out = d / "out"
-    env = dict(os.environ)
-    # share this session's compilation cache (tests/conftest.py) with the child
-    env.update(JAX_COMPILATION_CACHE_DIR=jax.config.jax_compilation_cache_dir,
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-    (d / "driver.py").write_text(_DRIVER)
-    p = subprocess.run([sys.executable, str(d / "driver.py"), str(spec_path), str(out)],
-                       env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
+    sweep_killed_at_second_batch(spec_path, out, d, batch=2)
     led = Ledger(out)
     killed = {r["id"]: r for r in led.rows()}
     led.close()

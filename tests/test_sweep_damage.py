@@ -10,17 +10,11 @@ when its second batch starts; each test damages a copy of what it left."""
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
-import signal
 import sqlite3
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
-import jax
 import pytest
 
 from ccjax.cli import main
@@ -29,22 +23,7 @@ from ccjax.sweep import Ledger, results, run_sweep
 from ccjax.sweep.prefeval import evaluable
 from ccjax.sweep.record import OUTCOME_DIR
 from ccjax.sweep.runner import degenerate
-from tests.test_sweep import _spec, _write_spec
-
-_DRIVER = textwrap.dedent("""
-    import os, signal, sys
-    from ccjax.sweep import run_sweep
-
-    starts = []
-
-    def kill_at_second_batch(event, ids):
-        if event == "start":
-            starts.append(ids)
-            if len(starts) == 2:  # the second batch is marked running: a hard kill now
-                os.kill(os.getpid(), signal.SIGKILL)
-
-    run_sweep(sys.argv[1], sys.argv[2], batch=1, callback=kill_at_second_batch)
-""")
+from tests.test_sweep import _spec, _write_spec, sweep_killed_at_second_batch
 
 WAL, SHM = "ledger.sqlite-wal", "ledger.sqlite-shm"
 
@@ -83,15 +62,7 @@ def killed(tmp_path_factory) -> dict[str, Any]:
     d = tmp_path_factory.mktemp("damage")
     spec_path = _write_spec(d / "tiny.toml", {"hyper.lr": [1e4, 1e-3]}, {"eval_every": 2})
     out = d / "out"
-    env = dict(os.environ)
-    # share this session's compilation cache (tests/conftest.py) with the child
-    env.update(JAX_COMPILATION_CACHE_DIR=jax.config.jax_compilation_cache_dir,
-               JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0.5",
-               JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
-    (d / "driver.py").write_text(_DRIVER)
-    p = subprocess.run([sys.executable, str(d / "driver.py"), str(spec_path), str(out)],
-                       env=env, capture_output=True, text=True, timeout=600)
-    assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
+    sweep_killed_at_second_batch(spec_path, out, d, batch=1)
     rows = _rows(out)
     a, b = (r["id"] for r in sorted(rows.values(), key=lambda r: r["idx"]))
     return dict(spec_path=spec_path, out=out, rows=rows, a=a, b=b)
