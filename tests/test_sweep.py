@@ -736,8 +736,9 @@ def test_reached_is_the_first_evaluation_within_one_percent():
     assert _reached([{"iteration": 2, "reward": None}], 0.9) is None
 
 
-def test_an_older_ledger_gains_the_new_columns(tmp_path):
-    db = sqlite3.connect(tmp_path / "ledger.sqlite")
+def old_ledger(path: Path) -> sqlite3.Connection:
+    """A ledger file as sweeps wrote it before the later columns existed (open, uncommitted)."""
+    db = sqlite3.connect(path)
     db.execute("CREATE TABLE trials (id TEXT PRIMARY KEY, idx INTEGER NOT NULL, group_id TEXT "
                "NOT NULL, point TEXT NOT NULL, config TEXT NOT NULL, status TEXT NOT NULL, "
                "reason TEXT, attempts INTEGER NOT NULL DEFAULT 0, batch TEXT, batch_size "
@@ -745,6 +746,11 @@ def test_an_older_ledger_gains_the_new_columns(tmp_path):
                "loss_rate REAL, train_reward REAL, best_reward REAL, best_iteration INTEGER, "
                "metrics TEXT, compile_s REAL, train_s REAL, eval_s REAL, started REAL, "
                "ended REAL)")
+    return db
+
+
+def test_an_older_ledger_gains_the_new_columns(tmp_path):
+    db = old_ledger(tmp_path / "ledger.sqlite")
     db.commit()
     db.close()
     led = Ledger(tmp_path)

@@ -23,7 +23,7 @@ from ccjax.sweep import Ledger, results, run_sweep
 from ccjax.sweep.prefeval import evaluable
 from ccjax.sweep.record import OUTCOME_DIR
 from ccjax.sweep.runner import degenerate
-from tests.test_sweep import _spec, _write_spec, sweep_killed_at_second_batch
+from tests.test_sweep import _spec, _write_spec, old_ledger, sweep_killed_at_second_batch
 
 WAL, SHM = "ledger.sqlite-wal", "ledger.sqlite-shm"
 
@@ -257,14 +257,7 @@ def test_reading_commands_leave_an_empty_or_foreign_ledger_alone(tmp_path, capsy
 
 
 def test_an_older_ledger_is_read_without_being_changed(tmp_path):
-    db = sqlite3.connect(tmp_path / "ledger.sqlite")
-    db.execute("CREATE TABLE trials (id TEXT PRIMARY KEY, idx INTEGER NOT NULL, group_id TEXT "
-               "NOT NULL, point TEXT NOT NULL, config TEXT NOT NULL, status TEXT NOT NULL, "
-               "reason TEXT, attempts INTEGER NOT NULL DEFAULT 0, batch TEXT, batch_size "
-               "INTEGER, iterations INTEGER, reward REAL, utilization REAL, latency_ratio REAL, "
-               "loss_rate REAL, train_reward REAL, best_reward REAL, best_iteration INTEGER, "
-               "metrics TEXT, compile_s REAL, train_s REAL, eval_s REAL, started REAL, "
-               "ended REAL)")
+    db = old_ledger(tmp_path / "ledger.sqlite")
     db.execute("INSERT INTO trials (id, idx, group_id, point, config, status, reward) VALUES "
                "('t1', 0, 'g', '{\"seed\": 0}', '{\"seed\": 0}', 'done', 0.5)")
     db.commit()
